@@ -1,0 +1,40 @@
+# Entry points. Every target that touches the network needs root: `sudo make run-fattree`.
+VENV ?= .venv
+TESTBED := $(VENV)/bin/testbed
+PYTEST := $(VENV)/bin/python -m pytest
+
+.DEFAULT_GOAL := help
+.PHONY: help install run-fattree test test-unit test-integration bench doctor clean topo
+
+help:  ## list the targets
+	@echo "AI data-center fabric testbed"
+	@echo
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+install:  ## install packages and the venv (idempotent; root)
+	@bash scripts/install.sh
+
+run-fattree: install  ## ring AllReduce on a k=4 fat-tree with ECMP (root)
+	$(TESTBED) run scenarios/fattree-allreduce.yaml
+
+test: install  ## unit tests, then root integration tests on real namespaces
+	$(PYTEST) tests/unit -q
+	$(PYTEST) tests/integration -q
+
+test-unit: install  ## unit tests only (no root needed after install)
+	$(PYTEST) tests/unit -q
+
+test-integration: install  ## integration tests only (root)
+	$(PYTEST) tests/integration -q
+
+bench: install  ## forwarding capacity and fabric bring-up vs plain Mininet (root)
+	$(TESTBED) bench
+
+doctor: install  ## what this machine can do, and the path each feature takes
+	$(TESTBED) doctor
+
+topo: install  ## describe a topology: make topo ARGS="fattree k=4"
+	$(TESTBED) topo $(ARGS)
+
+clean:  ## remove what an interrupted run left (namespaces, veths, bridges, processes)
+	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; else echo "nothing installed yet"; fi

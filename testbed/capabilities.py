@@ -1,0 +1,333 @@
+"""What this machine's kernel and userland can do, and which path each testbed feature takes.
+
+Development VMs run a stripped kernel (no openvswitch module, no RED or netem qdisc, no DCTCP,
+no RDMA, no module loading at all) while a stock Ubuntu kernel has everything, so the testbed
+detects instead of assuming (see /work/shared/PLATFORM.md).
+
+Compute, then apply: ``probe_capabilities`` and ``choose_paths`` are pure functions of plain
+inputs (kernel config, module names, congestion-control names, tool presence) and are unit
+tested without root. ``detect`` is the thin layer that reads those inputs from /proc, /boot,
+/lib/modules and PATH; it changes nothing on the machine.
+
+Availability rule for a kernel feature, first match wins:
+  1. its module is loaded                                    -> available
+  2. its CONFIG_ option is ``y`` (built in)                  -> available
+  3. a module file for it exists and modules can be loaded   -> available
+  4. otherwise                                               -> unavailable
+``m`` alone proves nothing (the module may be missing from disk, or loading may be impossible),
+so an ``m`` counts only through rule 3. Module loading counts as impossible only when the
+kernel config says ``# CONFIG_MODULES is not set``. With no readable kernel config the decision
+rests on rules 1 and 3 and the detail says so.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+# --- data types -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One thing the machine can or cannot do, and how that was decided."""
+
+    name: str  # e.g. "ovs_kernel_module"
+    available: bool
+    detail: str  # how it was determined, e.g. "CONFIG_OPENVSWITCH not set"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Which implementation each testbed feature uses on this machine."""
+
+    ovs_datapath: str  # "kernel" (datapath_type=system) or "userspace" (datapath_type=netdev)
+    ecn_marking: str  # "red-qdisc" or "ebpf"
+    tcp_congestion: str  # "dctcp", "cubic+ecn", or "reno+ecn" if cubic is missing
+    rdma: str  # "rxe" or "userspace-roce"
+    delay_loss: str  # "netem" or "none"
+    pfc: str  # always "ebpf+pause-frames" for now (userspace/eBPF emulation of 802.1Qbb)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What ``detect`` found: the running kernel, every capability, and the chosen paths."""
+
+    kernel_release: str
+    capabilities: dict[str, Capability]
+    paths: Paths
+
+
+@dataclass(frozen=True)
+class KernelFeature:
+    """A kernel feature decided from a CONFIG_ option, a module, and (for TCP) a CC name."""
+
+    name: str
+    config_option: str
+    module: str | None = None  # None: a bool option, never a module
+    congestion: str | None = None  # name in tcp_available_congestion_control
+
+
+# In report order. Module names use underscores, as /proc/modules does.
+KERNEL_FEATURES: tuple[KernelFeature, ...] = (
+    KernelFeature("ovs_kernel_module", "CONFIG_OPENVSWITCH", "openvswitch"),
+    KernelFeature("sch_red", "CONFIG_NET_SCH_RED", "sch_red"),
+    KernelFeature("sch_netem", "CONFIG_NET_SCH_NETEM", "sch_netem"),
+    KernelFeature("sch_htb", "CONFIG_NET_SCH_HTB", "sch_htb"),
+    KernelFeature("sch_tbf", "CONFIG_NET_SCH_TBF", "sch_tbf"),
+    KernelFeature("cls_bpf", "CONFIG_NET_CLS_BPF", "cls_bpf"),
+    KernelFeature("act_mirred", "CONFIG_NET_ACT_MIRRED", "act_mirred"),
+    KernelFeature("bpf_jit", "CONFIG_BPF_JIT"),
+    KernelFeature("tcp_dctcp", "CONFIG_TCP_CONG_DCTCP", "tcp_dctcp", congestion="dctcp"),
+    KernelFeature("tcp_cubic", "CONFIG_TCP_CONG_CUBIC", "tcp_cubic", congestion="cubic"),
+    KernelFeature("rdma_rxe", "CONFIG_RDMA_RXE", "rdma_rxe"),
+    KernelFeature("ip_route_multipath", "CONFIG_IP_ROUTE_MULTIPATH"),
+)
+
+# Capability name -> command looked up on PATH. ``probe_capabilities`` takes ``tools`` keyed
+# by these commands.
+TOOL_COMMANDS: dict[str, str] = {
+    "ovs_vswitchd": "ovs-vswitchd",
+    "mininet": "mn",
+    "iperf3": "iperf3",
+    "tcpdump": "tcpdump",
+    "tshark": "tshark",
+    "clang": "clang",
+    "ethtool": "ethtool",
+    "tc": "tc",
+}
+
+PFC_PATH = "ebpf+pause-frames"
+
+# Where ``detect`` looks; module trees are relative to /lib/modules/<release>.
+PROC_CONFIG_GZ = Path("/proc/config.gz")
+BOOT_DIR = Path("/boot")
+PROC_MODULES = Path("/proc/modules")
+LIB_MODULES = Path("/lib/modules")
+MODULE_SUBTREES = ("kernel/net", "kernel/drivers/infiniband")
+TCP_CONGESTION_AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+
+# --- pure parsing -----------------------------------------------------------------------------
+
+
+def parse_kernel_config(text: str) -> dict[str, str]:
+    """Kernel .config text -> {option: value}.
+
+    ``CONFIG_X=y`` gives {"CONFIG_X": "y"}; ``# CONFIG_Y is not set`` gives {"CONFIG_Y": "n"};
+    quoted string values lose their quotes; other comments and blank lines are ignored.
+    """
+    options: dict[str, str] = {}
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if line.startswith("# CONFIG_") and line.endswith(" is not set"):
+            options[line[2 : -len(" is not set")].strip()] = "n"
+        elif line.startswith("CONFIG_") and "=" in line:
+            option, value = line.split("=", 1)
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            options[option.strip()] = value
+    return options
+
+
+def parse_proc_modules(text: str) -> set[str]:
+    """/proc/modules text -> names of loaded modules (first field of each line)."""
+    return {line.split()[0] for line in text.splitlines() if line.strip()}
+
+
+def module_name_from_filename(filename: str) -> str | None:
+    """``sch_red.ko.zst`` -> ``sch_red``; dashes become underscores like the kernel's names.
+
+    None if the file is not a kernel module.
+    """
+    for suffix in MODULE_SUFFIXES:
+        if filename.endswith(suffix) and len(filename) > len(suffix):
+            return filename[: -len(suffix)].replace("-", "_")
+    return None
+
+
+def parse_congestion_available(text: str) -> set[str]:
+    """tcp_available_congestion_control text (``reno bbr cubic``) -> {"reno", "bbr", "cubic"}."""
+    return set(text.split())
+
+
+# --- pure decisions ---------------------------------------------------------------------------
+
+
+def _probe_kernel_feature(
+    feature: KernelFeature,
+    kconfig: dict[str, str] | None,
+    loaded_modules: set[str],
+    module_files: set[str],
+    congestion_available: set[str],
+) -> Capability:
+    """Apply the module docstring's availability rule to one kernel feature."""
+
+    def result(available: bool, detail: str) -> Capability:
+        return Capability(feature.name, available, detail)
+
+    if feature.congestion is not None and feature.congestion in congestion_available:
+        return result(True, f"{feature.congestion} in tcp_available_congestion_control")
+    module = feature.module
+    if module is not None and module in loaded_modules:
+        return result(True, f"module {module} loaded")
+
+    has_file = module is not None and module in module_files
+    if kconfig is None:
+        prefix = "no kernel config readable"
+        if module is None:
+            return result(False, f"{prefix}; {feature.config_option} unknown")
+        if has_file:
+            return result(True, f"{prefix}; module file {module} present")
+        return result(False, f"{prefix}; module {module} not loaded and no module file")
+
+    value = kconfig.get(feature.config_option)
+    modules_loadable = kconfig.get("CONFIG_MODULES") != "n"
+    if value == "y":
+        return result(True, f"{feature.config_option}=y (built in)")
+    if value is None:
+        config_says = f"{feature.config_option} not in kernel config"
+    elif value == "n":
+        config_says = f"{feature.config_option} not set"
+    else:
+        config_says = f"{feature.config_option}={value}"
+    if has_file and modules_loadable:
+        return result(True, f"{config_says}, module file {module} present")
+    if has_file:
+        return result(
+            False,
+            f"{config_says}; module file {module} present but CONFIG_MODULES not set",
+        )
+    if value == "m":
+        return result(False, f"{config_says} but no module file {module} (cannot load)")
+    return result(False, config_says)
+
+
+def probe_capabilities(
+    kconfig: dict[str, str] | None,
+    loaded_modules: set[str],
+    module_files: set[str],
+    congestion_available: set[str],
+    tools: dict[str, bool],
+) -> dict[str, Capability]:
+    """Decide every capability from plain inputs; reads nothing.
+
+    kconfig: parsed kernel config, or None if none could be read.
+    loaded_modules: module names as in /proc/modules.
+    module_files: module basenames found on disk, without .ko/.ko.xz/.ko.zst.
+    congestion_available: names from tcp_available_congestion_control.
+    tools: command name (a value of TOOL_COMMANDS, e.g. "mn") -> found on PATH;
+        a missing key counts as not found.
+    Returns capabilities keyed by name, kernel features first, in report order.
+    """
+    loaded = {name.replace("-", "_") for name in loaded_modules}
+    files = {name.replace("-", "_") for name in module_files}
+    caps: dict[str, Capability] = {}
+    for feature in KERNEL_FEATURES:
+        caps[feature.name] = _probe_kernel_feature(
+            feature, kconfig, loaded, files, congestion_available
+        )
+    for name, command in TOOL_COMMANDS.items():
+        found = tools.get(command, False)
+        caps[name] = Capability(name, found, f"{command} {'on' if found else 'not on'} PATH")
+    return caps
+
+
+def choose_paths(caps: dict[str, Capability]) -> Paths:
+    """Pick each feature's implementation; a capability missing from caps counts as absent."""
+
+    def has(name: str) -> bool:
+        cap = caps.get(name)
+        return cap is not None and cap.available
+
+    if has("tcp_dctcp"):
+        tcp_congestion = "dctcp"
+    elif has("tcp_cubic"):
+        tcp_congestion = "cubic+ecn"
+    else:
+        tcp_congestion = "reno+ecn"  # reno is always built in
+    return Paths(
+        ovs_datapath="kernel" if has("ovs_kernel_module") else "userspace",
+        ecn_marking="red-qdisc" if has("sch_red") else "ebpf",
+        tcp_congestion=tcp_congestion,
+        rdma="rxe" if has("rdma_rxe") else "userspace-roce",
+        delay_loss="netem" if has("sch_netem") else "none",
+        pfc=PFC_PATH,
+    )
+
+
+def format_report(platform: Platform) -> str:
+    """A readable aligned table: each capability yes/no with its detail, then each path."""
+    caps = list(platform.capabilities.values())
+    name_width = max([len("capability")] + [len(cap.name) for cap in caps])
+    lines = [
+        f"kernel {platform.kernel_release}",
+        "",
+        f"{'capability':<{name_width}}  avail  detail",
+        f"{'-' * name_width}  -----  {'-' * 6}",
+    ]
+    for cap in caps:
+        avail = "yes" if cap.available else "no"
+        lines.append(f"{cap.name:<{name_width}}  {avail:<5}  {cap.detail}")
+    path_items = list(vars(platform.paths).items())
+    feature_width = max([len("feature")] + [len(feature) for feature, _ in path_items])
+    lines += ["", f"{'feature':<{feature_width}}  path", f"{'-' * feature_width}  ----"]
+    for feature, path in path_items:
+        lines.append(f"{feature:<{feature_width}}  {path}")
+    return "\n".join(lines)
+
+
+# --- thin layer: read the machine -------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def read_kernel_config(release: str) -> dict[str, str] | None:
+    """Parsed /proc/config.gz, else /boot/config-<release>, else None."""
+    try:
+        with gzip.open(PROC_CONFIG_GZ, "rt") as config_file:
+            return parse_kernel_config(config_file.read())
+    except (OSError, EOFError):
+        pass
+    text = _read_text(BOOT_DIR / f"config-{release}")
+    return None if text is None else parse_kernel_config(text)
+
+
+def find_module_files(release: str) -> set[str]:
+    """Basenames of kernel modules under /lib/modules/<release>/kernel/{net,drivers/infiniband}."""
+    names: set[str] = set()
+    for subtree in MODULE_SUBTREES:
+        root = LIB_MODULES / release / subtree
+        for _dirpath, _dirnames, filenames in os.walk(root):
+            for filename in filenames:
+                name = module_name_from_filename(filename)
+                if name is not None:
+                    names.add(name)
+    return names
+
+
+def detect() -> Platform:
+    """Read this machine's kernel config, modules, congestion controls and tools; decide."""
+    release = os.uname().release
+    caps = probe_capabilities(
+        kconfig=read_kernel_config(release),
+        loaded_modules=parse_proc_modules(_read_text(PROC_MODULES) or ""),
+        module_files=find_module_files(release),
+        congestion_available=parse_congestion_available(
+            _read_text(TCP_CONGESTION_AVAILABLE) or ""
+        ),
+        tools={command: shutil.which(command) is not None for command in TOOL_COMMANDS.values()},
+    )
+    return Platform(kernel_release=release, capabilities=caps, paths=choose_paths(caps))
+
+
+if __name__ == "__main__":
+    print(format_report(detect()))

@@ -1,0 +1,145 @@
+"""The ``testbed`` command: run, topo, doctor, clean, bench.
+
+Errors the user can act on print as one line (``testbed: error: ...``) with exit status 2;
+Ctrl-C exits 130 after the run has torn everything down.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from testbed.errors import ConfigError, TestbedError
+
+SCENARIO_FLAGS = {  # flag -> RunConfig field
+    "rate_mbit": "link_rate_mbit", "size_bytes": "size_bytes", "iters": "iters",
+    "warmup": "warmup", "channels": "channels", "routing": "routing", "mtu": "mtu_bytes",
+    "results": "results_dir", "name": "name",
+}
+
+
+def parse_params(items: list[str]) -> dict:
+    """``k=4 rate=10`` -> {"k": 4, "rate": 10}; values are YAML scalars."""
+    import yaml
+
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(item, "expected key=value")
+        params[key] = yaml.safe_load(value)
+    return params
+
+
+def cmd_run(args) -> int:
+    from testbed.experiment import run_experiment
+    from testbed.report import format_summary
+    from testbed.scenario import config_from_dict, read_scenario
+
+    data = read_scenario(args.scenario) if args.scenario else {}
+    for flag, field in SCENARIO_FLAGS.items():
+        if getattr(args, flag) is not None:
+            data[field] = getattr(args, flag)
+    if args.topology or args.param:
+        topo = data.get("topology") or {"name": "fattree"}
+        topo = {"name": topo} if isinstance(topo, str) else dict(topo)
+        if args.topology and args.topology != topo.get("name"):
+            topo = {"name": args.topology}
+        topo.update(parse_params(args.param))
+        data["topology"] = topo
+    config = config_from_dict(data, args.scenario or "flags")
+    summary = run_experiment(config, log=lambda m: print(f"[testbed] {m}", flush=True))
+    print("\nSummary")
+    print(format_summary(summary))
+    return 0 if summary["workload"]["verified"] else 1
+
+
+def cmd_topo(args) -> int:
+    from testbed.topology import build
+    from testbed.topology.describe import describe, format_description
+
+    fabric = build(args.name, **parse_params(args.param))
+    info = describe(fabric)
+    print(json.dumps(info, indent=1) if args.json else format_description(info))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from testbed.capabilities import detect, format_report
+
+    print(format_report(detect()))
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from testbed.fabric import check_root
+    from testbed.state import Ledger, RunLock, clean
+
+    check_root()
+    with RunLock("clean"):
+        ledger = Ledger.load()
+        if ledger is None:
+            print("nothing to clean: no interrupted run on record")
+            return 0
+        removed = clean(ledger)
+        print(f"removed what run {ledger.run_id} left: {removed}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from testbed.bench import run_bench
+
+    run_bench(args.output, log=lambda m: print(f"[bench] {m}", flush=True))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="testbed", description="AI data-center fabric testbed")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an experiment (a scenario file, flags, or both)")
+    run.add_argument("scenario", nargs="?", help="scenario YAML (see scenarios/)")
+    run.add_argument("--topology", help="topology family, e.g. fattree")
+    run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="topology parameter, e.g. --param k=4 (repeatable)")
+    run.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s")
+    run.add_argument("--size-bytes", type=int, help="AllReduce size in bytes")
+    run.add_argument("--iters", type=int, help="timed iterations")
+    run.add_argument("--warmup", type=int, help="warm-up iterations")
+    run.add_argument("--channels", type=int, help="parallel ring channels (connections)")
+    run.add_argument("--routing", help="ecmp or single")
+    run.add_argument("--mtu", type=int, help="MTU in bytes")
+    run.add_argument("--results", help="results folder (default results/)")
+    run.add_argument("--name", help="run name (part of the run id)")
+    run.set_defaults(func=cmd_run)
+
+    topo = sub.add_parser("topo", help="describe a topology without building it")
+    topo.add_argument("name", help="topology family, e.g. fattree")
+    topo.add_argument("param", nargs="*", help="parameters, e.g. k=4")
+    topo.add_argument("--json", action="store_true", help="print JSON")
+    topo.set_defaults(func=cmd_topo)
+
+    sub.add_parser("doctor", help="what this machine can do and which path each feature takes"
+                   ).set_defaults(func=cmd_doctor)
+    sub.add_parser("clean", help="remove what an interrupted run left behind"
+                   ).set_defaults(func=cmd_clean)
+    bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")
+    bench.add_argument("--output", default="results/bench.json", help="JSON output path")
+    bench.set_defaults(func=cmd_bench)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TestbedError as exc:
+        print(f"testbed: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("testbed: interrupted; everything the run created has been removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

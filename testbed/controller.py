@@ -1,0 +1,88 @@
+"""The os-ken controller as a child process of the run, bound to 127.0.0.1.
+
+It is started before the switches (Mininet switches wait for their controller) and reports
+which switches it has programmed through a status file.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.errors import TestbedError
+
+LISTEN_HOST = "127.0.0.1"
+DEFAULT_PORT = 6653
+
+
+class ControllerProcess:
+    """Runs ``python -m controllers.launcher`` for a fabric JSON; logs go to ``log_path``."""
+
+    def __init__(self, fabric_json: Path, workdir: Path, port: int = DEFAULT_PORT,
+                 routing: str = "ecmp"):
+        self.fabric_json = fabric_json
+        self.status_path = workdir / "controller-status.json"
+        self.log_path = workdir / "controller.log"
+        self.port = port
+        self.routing = routing
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 20.0) -> int:
+        if port_in_use(self.port):
+            raise TestbedError(f"OpenFlow port {LISTEN_HOST}:{self.port} is already in use; "
+                               "stop whatever listens there or run `testbed clean`")
+        self.status_path.unlink(missing_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "controllers.launcher", "--fabric", str(self.fabric_json),
+             "--status", str(self.status_path), "--port", str(self.port),
+             "--routing", self.routing],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while not port_in_use(self.port):
+            if self.proc.poll() is not None:
+                raise TestbedError(f"controller exited ({self.proc.returncode}); see {self.log_path}")
+            if time.monotonic() > deadline:
+                raise TestbedError(f"controller did not listen within {timeout_s:.0f} s; see {self.log_path}")
+            time.sleep(0.1)
+        return self.proc.pid
+
+    def programmed(self) -> set[str]:
+        try:
+            return set(json.loads(self.status_path.read_text())["programmed"])
+        except (OSError, ValueError, KeyError):
+            return set()
+
+    def wait_programmed(self, switches: set[str], timeout_s: float = 60.0) -> float:
+        """Block until every switch is programmed; returns the seconds waited."""
+        t0 = time.monotonic()
+        while not switches <= self.programmed():
+            if self.proc and self.proc.poll() is not None:
+                raise TestbedError(f"controller died ({self.proc.returncode}); see {self.log_path}")
+            if time.monotonic() - t0 > timeout_s:
+                missing = sorted(switches - self.programmed())
+                raise TestbedError(f"controller programmed {len(switches) - len(missing)}/"
+                                   f"{len(switches)} switches in {timeout_s:.0f} s; missing "
+                                   f"{', '.join(missing[:5])}; see {self.log_path}")
+            time.sleep(0.1)
+        return time.monotonic() - t0
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((LISTEN_HOST, port)) == 0

@@ -1,0 +1,288 @@
+"""One experiment, end to end: lock the machine, recover leftovers, bring the fabric up, prove
+reachability, run the workload with samplers running, judge fidelity, write results, tear down.
+
+Results go to ``results/<run-id>/``: config.json, fabric.json, summary.json, per-rank output,
+controller log, samples.json and plots. The caller gets the summary dict.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from controllers.routing import MODES, compute_rules
+from testbed import ovs
+from testbed.capabilities import detect
+from testbed.errors import ConfigError, TestbedError
+from testbed.fabric import FabricNetwork, check_root
+from testbed.fidelity import judge
+from testbed.report import write_results
+from testbed.state import Ledger, RunLock, clean
+from testbed.telemetry import Sampler, link_directions, window_mean, window_rates_mbit
+from testbed.topology import build
+from traffic.ring import algbw_gbyte, allreduce_busbw_factor, expected_sum
+
+# Chosen from measurement on a 2-core machine with the OVS userspace datapath (README,
+# "Capacity"): at 6 Mbit/s the k=4 fat-tree's 16-rank ring delivers >90% of the link rate with
+# no emulator losses; at 10 Mbit/s and above the 20-bridge datapath falls behind.
+DEFAULT_LINK_RATE_MBIT = 6.0
+DEFAULT_SIZE_BYTES = 2 * 1024 * 1024
+RANK_PORT = 29500
+RANK_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RunConfig:
+    """What to run. Units are in the names; validated by ``validate``."""
+
+    name: str = "fattree-allreduce"
+    topology: str = "fattree"
+    topology_params: dict = field(default_factory=lambda: {"k": 4})
+    link_rate_mbit: float = DEFAULT_LINK_RATE_MBIT
+    mtu_bytes: int = 9000
+    routing: str = "ecmp"
+    workload: str = "allreduce"
+    size_bytes: int = DEFAULT_SIZE_BYTES
+    channels: int = 4
+    warmup: int = 1
+    iters: int = 3
+    seed: int = 1
+    results_dir: str = "results"
+
+    def validate(self) -> None:
+        checks = [
+            ("link_rate_mbit", 0 < self.link_rate_mbit <= 10000, "must be in (0, 10000]"),
+            ("mtu_bytes", 576 <= self.mtu_bytes <= 9000, "must be in [576, 9000]"),
+            ("routing", self.routing in MODES, f"must be one of {', '.join(MODES)}"),
+            ("workload", self.workload == "allreduce", "only 'allreduce' is available"),
+            ("size_bytes", self.size_bytes >= 1024 and self.size_bytes % 4 == 0,
+             "must be a multiple of 4 and at least 1024 (float32 elements)"),
+            ("channels", 1 <= self.channels <= 16, "must be in [1, 16]"),
+            ("warmup", 0 <= self.warmup <= 100, "must be in [0, 100]"),
+            ("iters", 1 <= self.iters <= 1000, "must be in [1, 1000]"),
+        ]
+        for name, ok, problem in checks:
+            if not ok:
+                raise ConfigError(name, f"{problem}, got {getattr(self, name)!r}")
+        self.fabric()  # topology parameters are checked by the builder
+
+    def fabric(self):
+        return build(self.topology, **self.topology_params, host_rate_mbit=self.link_rate_mbit,
+                     mtu_bytes=self.mtu_bytes)
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{name}-{uuid.uuid4().hex[:4]}"
+
+
+@contextmanager
+def interrupts_as_exceptions():
+    """SIGTERM and SIGHUP end a run like Ctrl-C does: through the clean-up path."""
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {s: signal.signal(s, raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def shielded():
+    """Ignore Ctrl-C while tearing down, so a second Ctrl-C cannot leave half a fabric."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@contextmanager
+def machine(run_id: str, log=print):
+    """Hold the run lock, sweep what an earlier killed run left, and always sweep on exit."""
+    check_root()
+    with RunLock(run_id):
+        stale = Ledger.load()
+        if stale is not None:
+            removed = clean(stale, log)
+            log(f"recovered from interrupted run {stale.run_id}: removed {removed}")
+        ledger = Ledger(run_id, os.getpid())
+        ledger.save()
+        try:
+            yield ledger
+        finally:
+            with shielded():
+                clean(ledger, log)
+
+
+def run_experiment(config: RunConfig, log=print) -> dict:
+    config.validate()
+    fabric = config.fabric()
+    run_id = new_run_id(config.name)
+    workdir = Path(config.results_dir) / run_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.json").write_text(json.dumps(asdict(config), indent=1))
+    platform = detect()
+    datapath = "kernel" if platform.paths.ovs_datapath == "kernel" else "user"
+    log(f"run {run_id}: {fabric.kind} {fabric.params}, {len(fabric.hosts)} hosts, "
+        f"{len(fabric.switches)} switches, {len(fabric.links)} links at "
+        f"{config.link_rate_mbit:g} Mbit/s, MTU {config.mtu_bytes}, OVS {datapath} datapath")
+    summary: dict = {"run_id": run_id, "results_dir": str(workdir), "config": asdict(config),
+                     "paths": asdict(platform.paths)}
+    t_run = time.monotonic()
+    with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+        with FabricNetwork(fabric, workdir, ledger, datapath=datapath, routing=config.routing,
+                           log=log) as net:
+            t = net.timings
+            log(f"fabric up: build {t.build_s:.1f} s, start {t.start_s:.1f} s, "
+                f"controller programmed all switches {t.programmed_s:.1f} s later")
+            summary["groups"] = check_groups(fabric, config.routing)
+            t0 = time.monotonic()
+            sent, received = net.ping_all()
+            log(f"reachability: {received}/{sent} host pairs ({time.monotonic() - t0:.1f} s)")
+            summary["reachability"] = {"pairs": sent, "reached": received}
+            if received != sent:
+                raise TestbedError(f"only {received}/{sent} host pairs can reach each other; "
+                                   f"see {workdir}/controller.log")
+            summary["workload"] = run_allreduce(net, config, workdir, log)
+        summary["fabric_timings_s"] = asdict(net.timings)
+    summary["wall_s"] = time.monotonic() - t_run
+    summary["plots"] = [str(p) for p in write_results(summary, workdir, fabric)]
+    return summary
+
+
+def check_groups(fabric, routing: str) -> dict:
+    """Compare the select groups OVS holds with the ones the controller was to install."""
+    rules = compute_rules(fabric, routing)
+    expected = sum(len(r.groups) for r in rules.values())
+    found = sum(ovs.dump_groups(name).count("type=select") for name in rules)
+    if found != expected:
+        raise TestbedError(f"OVS holds {found} select groups, the controller should have "
+                           f"installed {expected}")
+    return {"select_groups": found}
+
+
+def run_allreduce(net: FabricNetwork, config: RunConfig, workdir: Path, log=print) -> dict:
+    """Ring AllReduce across all hosts, with real data, verified on every rank."""
+    hosts = net.fabric.hosts
+    world = len(hosts)
+    n_elems = config.size_bytes // 4
+    digest = hashlib.sha256(expected_sum(world, n_elems, config.seed).tobytes()).hexdigest()
+    directions = link_directions(net.fabric)
+    log(f"ring AllReduce: {world} ranks, {config.size_bytes / 2**20:g} MiB float32, "
+        f"{config.channels} channels, {config.warmup} warm-up + {config.iters} timed iterations")
+    procs = []
+    drops_before = net.queue_drops()
+    with Sampler(directions, ovs.vswitchd_pid()) as sampler:
+        for rank, host in enumerate(hosts):
+            argv = [sys.executable, "-m", "traffic.allreduce", "--rank", str(rank),
+                    "--world", str(world), "--next-ip", hosts[(rank + 1) % world].ip,
+                    "--port", str(RANK_PORT), "--size-bytes", str(config.size_bytes),
+                    "--channels", str(config.channels), "--seed", str(config.seed),
+                    "--warmup", str(config.warmup), "--iters", str(config.iters),
+                    "--expect-sha256", digest]
+            err = open(workdir / f"rank{rank}.err", "wb")
+            procs.append(net.popen(host.name, argv, stdout=subprocess.PIPE, stderr=err))
+            err.close()
+        results = collect_ranks(procs, workdir, log)
+    queue_drops = net.queue_drops() - drops_before
+    return allreduce_summary(config, net.fabric, results, sampler, directions, queue_drops)
+
+
+def collect_ranks(procs, workdir: Path, log) -> list[dict]:
+    deadline = time.monotonic() + RANK_TIMEOUT_S
+    results = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise TestbedError(f"rank {rank} did not finish in {RANK_TIMEOUT_S:.0f} s") from None
+        (workdir / f"rank{rank}.json").write_bytes(out)
+        if proc.returncode not in (0, 1) or not out.strip():
+            tail = (workdir / f"rank{rank}.err").read_text()[-400:].strip()
+            raise TestbedError(f"rank {rank} failed (exit {proc.returncode}): {tail}")
+        results.append(json.loads(out))
+    return results
+
+
+def jain_index(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+    total = sum(values)
+    sq = sum(v * v for v in values)
+    return total * total / (len(values) * sq) if sq else 1.0
+
+
+def ecmp_spread(fabric, routing: str, rates_mbit: dict[str, float]) -> dict:
+    """For every switch with an ECMP group whose uplinks carried traffic, the byte shares on
+    the group's ports and their Jain index."""
+    ports_to_peer = {}
+    for link in fabric.links:
+        ports_to_peer[(link.a, link.a_port)] = link.b
+        ports_to_peer[(link.b, link.b_port)] = link.a
+    per_switch = {}
+    for name, rules in compute_rules(fabric, routing).items():
+        for ports in rules.groups.values():
+            loads = [rates_mbit[f"{name}->{ports_to_peer[(name, p)]}"] for p in ports]
+            if sum(loads) > 0.01 * max(fabric.params["host_rate_mbit"], 1):
+                per_switch[name] = {"uplink_mbit": [round(x, 2) for x in loads],
+                                    "jain": round(jain_index(loads), 3)}
+    jains = [v["jain"] for v in per_switch.values()]
+    used = sum(sum(1 for x in v["uplink_mbit"] if x > 0.5) for v in per_switch.values())
+    total = sum(len(v["uplink_mbit"]) for v in per_switch.values())
+    return {"switches": per_switch, "jain_mean": round(sum(jains) / len(jains), 3) if jains else None,
+            "uplinks_used": used, "uplinks_in_groups": total,
+            "spread": bool(jains) and used > len(jains)}
+
+
+def allreduce_summary(config, fabric, results, sampler, directions, queue_drops: int) -> dict:
+    world = len(results)
+    verified = all(r["verified"] for r in results)
+    iters = len(results[0]["times_s"])
+    # An iteration ends when the slowest rank has its result (nccl-tests reports the same).
+    per_iter_s = [max(r["times_s"][i] for r in results) for i in range(iters)]
+    mean_s = sum(per_iter_s) / iters
+    algbw = algbw_gbyte(config.size_bytes, mean_s)
+    busbw = algbw * allreduce_busbw_factor(world)
+    busbw_mbit = busbw * 8e3
+    start = min(r["timed_window_monotonic_s"][0] for r in results) - sampler._t0
+    end = max(r["timed_window_monotonic_s"][1] for r in results) - sampler._t0
+    rates = window_rates_mbit(sampler.series, start, end)
+    util = {d.label: rates[d.label] / d.rate_mbit for d in directions}
+    host_names = {h.name for h in fabric.hosts}
+    host_up = [util[d.label] for d in directions if d.src in host_names]
+    out_segs = sum(r["tcp_out_segs"] for r in results)
+    retrans = sum(r["tcp_retrans_segs"] for r in results)
+    # Retransmits the emulated queues' drops do not explain were lost inside the emulator.
+    unexplained = max(0, retrans - queue_drops)
+    verdict = judge(window_mean(sampler.series.cpu_busy_fraction, sampler.series, start, end),
+                    window_mean(sampler.series.vswitchd_cores, sampler.series, start, end),
+                    max(host_up) if host_up else 0.0, unexplained / max(out_segs, 1))
+    return {
+        "kind": "allreduce", "world": world, "size_bytes": config.size_bytes,
+        "verified": verified, "verified_ranks": sum(r["verified"] for r in results),
+        "iteration_s": per_iter_s, "time_s": mean_s,
+        "algbw_gbyte_s": algbw, "busbw_gbyte_s": busbw, "busbw_mbit_s": busbw_mbit,
+        "busbw_fraction_of_link": busbw_mbit / config.link_rate_mbit,
+        "link_rate_mbit": config.link_rate_mbit,
+        "link_utilisation": {k: round(v, 4) for k, v in util.items()},
+        "tcp": {"segments_sent": out_segs, "segments_retransmitted": retrans,
+                "queue_drops": queue_drops, "unexplained_retransmits": unexplained},
+        "ecmp": ecmp_spread(fabric, config.routing, rates),
+        "fidelity": verdict.to_dict(),
+        "timed_window_s": [start, end],
+        "samples": {"t_s": sampler.series.t_s, "cpu_busy_fraction": sampler.series.cpu_busy_fraction,
+                    "vswitchd_cores": sampler.series.vswitchd_cores,
+                    "link_bytes": sampler.series.link_bytes},
+    }

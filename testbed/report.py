@@ -1,0 +1,111 @@
+"""Turn a run's summary into what people read: a printed table, JSON files and PNG plots."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from testbed.topology.base import Fabric
+
+
+def write_results(summary: dict, workdir: Path, fabric: Fabric) -> list[Path]:
+    """Write summary.json (samples split out into samples.json) and the plots; returns plots."""
+    workload = summary.get("workload", {})
+    samples = workload.pop("samples", None)
+    if samples is not None:
+        (workdir / "samples.json").write_text(json.dumps(samples))
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
+    plots = []
+    if samples is not None:
+        plots.append(plot_timeseries(samples, workload, fabric, workdir / "link_rates.png"))
+        plots.append(plot_utilisation(workload, fabric, workdir / "link_utilisation.png"))
+    return plots
+
+
+def plot_timeseries(samples: dict, workload: dict, fabric: Fabric, path: Path) -> Path:
+    """Host uplink rates and CPU over the run, with the timed window shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = samples["t_s"]
+    hosts = {h.name for h in fabric.hosts}
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for label, counts in samples["link_bytes"].items():
+        if label.split("->")[0] not in hosts:
+            continue
+        rates = [0.0] + [(counts[i] - counts[i - 1]) * 8 / (t[i] - t[i - 1]) / 1e6
+                         for i in range(1, len(t))]
+        ax1.plot(t, rates, lw=0.8)
+    ax1.axhline(workload["link_rate_mbit"], color="k", ls="--", lw=1, label="configured rate")
+    ax1.set_ylabel("host uplink rate (Mbit/s)")
+    ax1.legend(loc="upper right")
+    ax2.plot(t, [100 * x for x in samples["cpu_busy_fraction"]], label="machine CPU busy (%)")
+    ax2.plot(t, [100 * x for x in samples["vswitchd_cores"]], label="ovs-vswitchd (% of a core)")
+    ax2.set_ylabel("%")
+    ax2.set_xlabel("time since start of sampling (s)")
+    ax2.legend(loc="upper right")
+    for ax in (ax1, ax2):
+        ax.axvspan(*workload["timed_window_s"], color="tab:green", alpha=0.1)
+    ax1.set_title(f"ring AllReduce, {workload['world']} ranks: busbw "
+                  f"{workload['busbw_mbit_s']:.2f} Mbit/s (shaded: timed iterations)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_utilisation(workload: dict, fabric: Fabric, path: Path) -> Path:
+    """Utilisation of every link direction during the timed window, grouped by tier."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    roles = {n.name: n.role for n in fabric.nodes.values()}
+    util = workload["link_utilisation"]
+    labels = sorted(util, key=lambda k: (roles[k.split("->")[0]], k))
+    colors = {"host": "tab:blue", "edge": "tab:orange", "aggregation": "tab:green",
+              "core": "tab:red"}
+    fig, ax = plt.subplots(figsize=(max(9, len(labels) * 0.12), 4.5))
+    ax.bar(range(len(labels)), [100 * util[k] for k in labels],
+           color=[colors.get(roles[k.split("->")[0]], "gray") for k in labels])
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=90, fontsize=5)
+    ax.set_ylabel("utilisation in timed window (%)")
+    ax.set_title("link utilisation by sending tier (blue host, orange edge, green aggregation, red core)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def format_summary(summary: dict) -> str:
+    """The table a run prints at the end."""
+    w = summary["workload"]
+    f = w["fidelity"]
+    e = w["ecmp"]
+    rows = [
+        ("data verified", f"{'yes' if w['verified'] else 'NO'} ({w['verified_ranks']}/{w['world']} ranks)"),
+        ("AllReduce size", f"{w['size_bytes'] / 2**20:g} MiB float32"),
+        ("time per iteration", f"{w['time_s']:.3f} s (iterations: "
+                               f"{', '.join(f'{x:.2f}' for x in w['iteration_s'])})"),
+        ("algbw", f"{w['algbw_gbyte_s'] * 8e3:.2f} Mbit/s"),
+        ("busbw", f"{w['busbw_mbit_s']:.2f} Mbit/s = {w['busbw_fraction_of_link']:.0%} of "
+                  f"the {w['link_rate_mbit']:g} Mbit/s link rate"),
+        ("link utilisation", f"max {max(w['link_utilisation'].values()):.0%}, "
+                             f"mean over used links {_mean_used(w['link_utilisation']):.0%}"),
+        ("ECMP spread", f"{'yes' if e['spread'] else 'no'}: {e['uplinks_used']}/"
+                        f"{e['uplinks_in_groups']} group uplinks carried traffic, "
+                        f"mean Jain index {e['jain_mean']}"),
+        ("fidelity", f"{'TRUSTWORTHY' if f['trustworthy'] else 'NOT TRUSTWORTHY'}: "
+                     f"{'; '.join(f['reasons'])}"),
+        ("results", summary["results_dir"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _mean_used(util: dict) -> float:
+    used = [v for v in util.values() if v > 0.01]
+    return sum(used) / len(used) if used else 0.0

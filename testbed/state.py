@@ -1,0 +1,167 @@
+"""One run per machine, and a ledger of everything a run creates, so any leftover can go.
+
+The lock is an flock on /run/testbed/lock: the kernel releases it when the holder dies, so a
+SIGKILLed run never blocks the next one. The ledger (/run/testbed/state.json) is written
+*before* each thing is created (names come from the fabric description, PIDs as processes
+start), so ``testbed clean`` or the next run can remove exactly what a killed run left and
+nothing else: processes by PID (checked against their start time, so a reused PID is never
+signalled), OVS bridges by name, interfaces by name, and OVS itself only if the run started it.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed.errors import BusyError
+
+STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
+LOCK_PATH = STATE_DIR / "lock"
+LEDGER_PATH = STATE_DIR / "state.json"
+KILL_GRACE_S = 3.0
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+@dataclass
+class Ledger:
+    """What a run created. ``processes`` maps PID -> start ticks."""
+
+    run_id: str
+    owner_pid: int
+    processes: dict[int, int] = field(default_factory=dict)
+    bridges: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    ovs_started: bool = False
+
+    def save(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = LEDGER_PATH.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, LEDGER_PATH)
+
+    def add_process(self, pid: int) -> None:
+        ticks = process_start_ticks(pid)
+        if ticks is not None:
+            self.processes[pid] = ticks
+            self.save()
+
+    def add_names(self, bridges=(), interfaces=()) -> None:
+        self.bridges.extend(b for b in bridges if b not in self.bridges)
+        self.interfaces.extend(i for i in interfaces if i not in self.interfaces)
+        self.save()
+
+    @classmethod
+    def load(cls) -> Ledger | None:
+        try:
+            data = json.loads(LEDGER_PATH.read_text())
+        except (OSError, ValueError):
+            return None
+        data["processes"] = {int(k): v for k, v in data.get("processes", {}).items()}
+        return cls(**data)
+
+    @staticmethod
+    def discard() -> None:
+        LEDGER_PATH.unlink(missing_ok=True)
+
+
+class RunLock:
+    """Exclusive right to emulate on this machine, held for the life of a run."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.fh = None
+
+    def __enter__(self) -> RunLock:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        fh = open(LOCK_PATH, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise BusyError(f"another testbed run is active ({holder}); one emulation per "
+                            "machine at a time: wait for it to finish") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}, run {self.run_id}")
+        fh.flush()
+        self.fh = fh
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fh:
+            self.fh.truncate(0)
+            fcntl.flock(self.fh, fcntl.LOCK_UN)
+            self.fh.close()
+            self.fh = None
+
+
+def kill_processes(processes: dict[int, int], log=print) -> None:
+    """SIGTERM then SIGKILL each process (and its group, if it leads one) that is still the
+    process that was recorded."""
+    alive = {pid for pid, ticks in processes.items() if process_start_ticks(pid) == ticks}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in list(alive):
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+            except ProcessLookupError:
+                alive.discard(pid)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while alive and time.monotonic() < deadline:
+            for pid in list(alive):
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                if process_start_ticks(pid) != processes[pid]:
+                    alive.discard(pid)
+            time.sleep(0.05)
+        if not alive:
+            return
+    if alive:
+        log(f"processes that would not die: {sorted(alive)}")
+
+
+def existing_interfaces(names: list[str]) -> list[str]:
+    return [n for n in names if os.path.exists(f"/sys/class/net/{n}")]
+
+
+def clean(ledger: Ledger, log=print) -> dict:
+    """Remove everything in the ledger that still exists; returns what was removed."""
+    from testbed import ovs  # local: the pure parts of this module must not need OVS
+
+    removed = {"processes": 0, "bridges": 0, "interfaces": 0}
+    live = {pid: t for pid, t in ledger.processes.items() if process_start_ticks(pid) == t}
+    kill_processes(live, log)
+    removed["processes"] = len(live)
+    if ledger.bridges and ovs.is_running():
+        present = set(ovs.list_bridges())
+        stale = [b for b in ledger.bridges if b in present]
+        ovs.delete_bridges(stale)
+        removed["bridges"] = len(stale)
+    stale_intfs = existing_interfaces(ledger.interfaces)
+    for name in stale_intfs:
+        subprocess.run(["ip", "link", "del", "dev", name], capture_output=True)
+    removed["interfaces"] = len(stale_intfs)
+    if ledger.ovs_started:
+        ovs.stop()
+    Ledger.discard()
+    return removed

@@ -1,0 +1,22 @@
+"""Topologies as pure descriptions (testbed.topology.base.Fabric), by family name."""
+from __future__ import annotations
+
+from testbed.errors import ConfigError
+from testbed.topology.base import Fabric, Link, Node
+from testbed.topology.fattree import fat_tree
+
+BUILDERS = {"fattree": fat_tree}
+
+__all__ = ["BUILDERS", "Fabric", "Link", "Node", "build"]
+
+
+def build(kind: str, **params) -> Fabric:
+    """Build the named topology; unknown names and parameters are ConfigErrors."""
+    try:
+        builder = BUILDERS[kind]
+    except KeyError:
+        raise ConfigError("topology", f"unknown topology {kind!r}; known: {', '.join(BUILDERS)}") from None
+    try:
+        return builder(**params)
+    except TypeError as exc:
+        raise ConfigError("topology", f"bad parameters for {kind}: {exc}") from None

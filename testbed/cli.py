@@ -27,7 +27,10 @@ def parse_params(items: list[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(item, "expected key=value")
-        params[key] = yaml.safe_load(value)
+        try:
+            params[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(key, f"cannot parse value {value!r}") from None
     return params
 
 

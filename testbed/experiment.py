@@ -60,7 +60,7 @@ class RunConfig:
 
     def validate(self) -> None:
         checks = [
-            ("link_rate_mbit", 0 < self.link_rate_mbit <= 10000, "must be in (0, 10000]"),
+            ("link_rate_mbit", 0 < self.link_rate_mbit <= 10000, "must be in (0, 10000]"),  # NaN fails too
             ("mtu_bytes", 576 <= self.mtu_bytes <= 9000, "must be in [576, 9000]"),
             ("routing", self.routing in MODES, f"must be one of {', '.join(MODES)}"),
             ("workload", self.workload == "allreduce", "only 'allreduce' is available"),
@@ -73,6 +73,10 @@ class RunConfig:
         for name, ok, problem in checks:
             if not ok:
                 raise ConfigError(name, f"{problem}, got {getattr(self, name)!r}")
+        for name, instead in (("host_rate_mbit", "link_rate_mbit"), ("mtu_bytes", "mtu_bytes")):
+            if name in self.topology_params:
+                raise ConfigError(f"topology.{name}", f"set it as the run's {instead}, not "
+                                  "under topology")
         self.fabric()  # topology parameters are checked by the builder
 
     def fabric(self):
@@ -131,18 +135,18 @@ def run_experiment(config: RunConfig, log=print) -> dict:
     config.validate()
     fabric = config.fabric()
     run_id = new_run_id(config.name)
-    workdir = Path(config.results_dir) / run_id
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(json.dumps(asdict(config), indent=1))
     platform = detect()
     datapath = "kernel" if platform.paths.ovs_datapath == "kernel" else "user"
-    log(f"run {run_id}: {fabric.kind} {fabric.params}, {len(fabric.hosts)} hosts, "
-        f"{len(fabric.switches)} switches, {len(fabric.links)} links at "
-        f"{config.link_rate_mbit:g} Mbit/s, MTU {config.mtu_bytes}, OVS {datapath} datapath")
-    summary: dict = {"run_id": run_id, "results_dir": str(workdir), "config": asdict(config),
-                     "paths": asdict(platform.paths)}
     t_run = time.monotonic()
     with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+        workdir = Path(config.results_dir) / run_id
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.json").write_text(json.dumps(asdict(config), indent=1))
+        log(f"run {run_id}: {fabric.kind} {fabric.params}, {len(fabric.hosts)} hosts, "
+            f"{len(fabric.switches)} switches, {len(fabric.links)} links at "
+            f"{config.link_rate_mbit:g} Mbit/s, MTU {config.mtu_bytes}, OVS {datapath} datapath")
+        summary: dict = {"run_id": run_id, "results_dir": str(workdir), "config": asdict(config),
+                         "paths": asdict(platform.paths)}
         with FabricNetwork(fabric, workdir, ledger, datapath=datapath, routing=config.routing,
                            log=log) as net:
             t = net.timings

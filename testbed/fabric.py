@@ -20,7 +20,8 @@ from pathlib import Path
 from testbed import ovs
 from testbed.controller import ControllerProcess
 from testbed.errors import TestbedError
-from testbed.state import Ledger
+from testbed.state import (Ledger, kill_processes, netns_inode, process_start_ticks,
+                           processes_in_netns)
 from testbed.topology.base import Fabric
 
 BUFFER_HANDLE = "10:"  # the per-port drop-tail buffer's tc handle
@@ -38,7 +39,8 @@ def mininet_topo(fabric: Fabric):
         else:
             topo.addSwitch(node.name, dpid=f"{node.dpid:016x}")
     for link in fabric.links:
-        topo.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, bw=link.rate_mbit)
+        shaping = {} if link.rate_mbit is None else {"bw": link.rate_mbit}
+        topo.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, **shaping)
     return topo
 
 
@@ -110,7 +112,7 @@ class FabricNetwork:
         from mininet.net import Mininet
         from mininet.node import OVSSwitch, RemoteController
 
-        setLogLevel("error")
+        setLogLevel("critical")  # tc's HTB quantum notices are not errors; results are checked
         if not ovs.is_running():
             self.ledger.ovs_started = True
             self.ledger.save()
@@ -131,8 +133,10 @@ class FabricNetwork:
                            controller=None, autoSetMacs=False, waitConnected=False, build=False)
         self.net.addController(RemoteController("c0", ip="127.0.0.1", port=self.controller.port))
         self.net.build()
-        for node in self.net.hosts + self.net.switches:
+        for node in self.mininet_nodes():
             self.ledger.add_process(node.pid)
+        for host in self.net.hosts:
+            self.ledger.add_netns(host.pid)
         self._configure_interfaces()
         self.timings.build_s = time.monotonic() - t0
 
@@ -158,6 +162,8 @@ class FabricNetwork:
     def _configure_queues(self) -> None:
         """An explicit byte buffer at both ends of every link, sized from the link rate."""
         for link in self.fabric.links:
+            if link.rate_mbit is None:
+                continue  # unshaped: the interface keeps its default queue
             buffer_bytes = default_buffer_bytes(link.rate_mbit, self.fabric.mtu_bytes)
             for end, node in ((0, link.a), (1, link.b)):
                 argv = queue_command(link.intf(end), buffer_bytes)
@@ -173,6 +179,10 @@ class FabricNetwork:
         for host in self.net.hosts:
             total += qdisc_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"))
         return total
+
+    def mininet_nodes(self) -> list:
+        """Every Mininet node; each has a shell process (the controller entry too)."""
+        return self.net.hosts + self.net.switches + self.net.controllers
 
     # -- use --------------------------------------------------------------------------------
     def host(self, name: str):
@@ -203,10 +213,19 @@ class FabricNetwork:
     def stop(self) -> None:
         t0 = time.monotonic()
         if self.net is not None:
+            # End what the hosts' commands left running (servers, daemons) before the hosts
+            # go; the hosts' own shells stay for Mininet to stop.
+            inodes = {netns_inode(h.pid) for h in self.net.hosts} - {None}
+            shells = {h.pid for h in self.net.hosts}
+            kill_processes({pid: ticks for pid, ticks in processes_in_netns(inodes).items()
+                            if pid not in shells}, self.log)
+            nodes = {n.pid: process_start_ticks(n.pid) for n in self.mininet_nodes()}
             try:
                 self.net.stop()
             except Exception as exc:  # keep tearing down; the ledger sweep below finishes it
                 self.log(f"mininet stop: {exc}")
+            # Mininet signals the node shells and moves on; wait until they have exited.
+            kill_processes({pid: t for pid, t in nodes.items() if t is not None}, self.log)
             self.net = None
         if self.controller is not None:
             self.controller.stop()

@@ -32,6 +32,8 @@ def read_scenario(path: str | Path) -> dict:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(str(path), f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "not a text (UTF-8) file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -27,13 +27,14 @@ KILL_GRACE_S = 3.0
 
 
 def process_start_ticks(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    """Start time of a live process in clock ticks since boot (field 22 of /proc/PID/stat);
+    None when it is gone or a zombie (dead, waiting for a parent that may never reap it)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
+            fields = fh.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Ledger:
     processes: dict[int, int] = field(default_factory=dict)
     bridges: list[str] = field(default_factory=list)
     interfaces: list[str] = field(default_factory=list)
+    netns_inodes: list[int] = field(default_factory=list)
     ovs_started: bool = False
 
     def save(self) -> None:
@@ -57,6 +59,14 @@ class Ledger:
         ticks = process_start_ticks(pid)
         if ticks is not None:
             self.processes[pid] = ticks
+            self.save()
+
+    def add_netns(self, pid: int) -> None:
+        """Record the network namespace ``pid`` lives in: whatever runs there at clean-up
+        time was started by this run (emulated hosts' commands, daemons they spawned)."""
+        inode = netns_inode(pid)
+        if inode is not None and inode != netns_inode(os.getpid()) and inode not in self.netns_inodes:
+            self.netns_inodes.append(inode)
             self.save()
 
     def add_names(self, bridges=(), interfaces=()) -> None:
@@ -111,6 +121,24 @@ class RunLock:
             self.fh = None
 
 
+def netns_inode(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def processes_in_netns(inodes: set[int]) -> dict[int, int]:
+    """PID -> start ticks of every process whose network namespace is one of ``inodes``."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and netns_inode(int(entry)) in inodes:
+            ticks = process_start_ticks(int(entry))
+            if ticks is not None:
+                found[int(entry)] = ticks
+    return found
+
+
 def kill_processes(processes: dict[int, int], log=print) -> None:
     """SIGTERM then SIGKILL each process (and its group, if it leads one) that is still the
     process that was recorded."""
@@ -150,6 +178,8 @@ def clean(ledger: Ledger, log=print) -> dict:
 
     removed = {"processes": 0, "bridges": 0, "interfaces": 0}
     live = {pid: t for pid, t in ledger.processes.items() if process_start_ticks(pid) == t}
+    live.update(processes_in_netns(set(ledger.netns_inodes)))
+    live.pop(os.getpid(), None)
     kill_processes(live, log)
     removed["processes"] = len(live)
     if ledger.bridges and ovs.is_running():

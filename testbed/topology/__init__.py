@@ -4,8 +4,9 @@ from __future__ import annotations
 from testbed.errors import ConfigError
 from testbed.topology.base import Fabric, Link, Node
 from testbed.topology.fattree import fat_tree
+from testbed.topology.line import line
 
-BUILDERS = {"fattree": fat_tree}
+BUILDERS = {"fattree": fat_tree, "line": line}
 
 __all__ = ["BUILDERS", "Fabric", "Link", "Node", "build"]
 

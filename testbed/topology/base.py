@@ -34,13 +34,14 @@ class Node:
 
 @dataclass(frozen=True)
 class Link:
-    """A full-duplex cable between port ``a_port`` of ``a`` and port ``b_port`` of ``b``."""
+    """A full-duplex cable between port ``a_port`` of ``a`` and port ``b_port`` of ``b``;
+    ``rate_mbit=None`` is an unshaped link (as fast as the machine forwards)."""
 
     a: str
     a_port: int
     b: str
     b_port: int
-    rate_mbit: float
+    rate_mbit: float | None
 
     def intf(self, end: int) -> str:
         """Name of the interface at end 0 (a) or end 1 (b), as Mininet names it."""
@@ -68,7 +69,7 @@ class Fabric:
         self.nodes[node.name] = node
         return node
 
-    def add_link(self, a: str, a_port: int, b: str, b_port: int, rate_mbit: float) -> Link:
+    def add_link(self, a: str, a_port: int, b: str, b_port: int, rate_mbit: float | None) -> Link:
         link = Link(a, a_port, b, b_port, rate_mbit)
         self.links.append(link)
         return link

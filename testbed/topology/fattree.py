@@ -36,10 +36,10 @@ def fat_tree(k: int = 4, host_rate_mbit: float = 100.0, fabric_rate_mbit: float 
         raise ConfigError("k", f"must be an even integer >= 2, got {k!r}")
     if k > 64:
         raise ConfigError("k", f"{k} gives {k ** 3 // 4} hosts; addresses support k <= 64")
-    if host_rate_mbit <= 0:
+    if not host_rate_mbit > 0:  # also rejects NaN
         raise ConfigError("host_rate_mbit", f"must be positive, got {host_rate_mbit}")
     fabric_rate_mbit = host_rate_mbit if fabric_rate_mbit is None else fabric_rate_mbit
-    if fabric_rate_mbit <= 0:
+    if not fabric_rate_mbit > 0:
         raise ConfigError("fabric_rate_mbit", f"must be positive, got {fabric_rate_mbit}")
     half = k // 2
     fabric = Fabric(kind="fattree", mtu_bytes=mtu_bytes,

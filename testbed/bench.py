@@ -1,0 +1,123 @@
+"""``testbed bench``: this machine's emulation capacity, measured beside a baseline in the
+same invocation, written as JSON.
+
+1. Forwarding capacity: one TCP flow (iperf3, 5 s) across a line of 2 unshaped OVS switches,
+   at MTU 1500 and 9000; the baseline is the same flow over one veth pair with no switch.
+2. Fabric bring-up and tear-down of the k=4 fat-tree: the testbed (OVS + controller programmed
+   + all-pairs reachability) beside plain Mininet building and starting the same topology
+   (TCLink, OVS userspace datapath, no controller), with the ratio of the two.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from testbed.experiment import machine, new_run_id
+from testbed.fabric import FabricNetwork, mininet_topo
+from testbed.topology import build
+
+IPERF_SECONDS = 5
+
+
+def iperf_mbit(client, server_ip: str) -> float:
+    out = client.cmd("iperf3", "-c", server_ip, "-t", str(IPERF_SECONDS), "-J")
+    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def forwarding_capacity(workdir: Path, ledger, mtu_bytes: int, switches: int, log) -> float:
+    """TCP Mbit/s between the two hosts of a line of ``switches`` unshaped switches."""
+    fabric = build("line", switches=switches, mtu_bytes=mtu_bytes)
+    with FabricNetwork(fabric, workdir, ledger, log=log) as net:
+        server = net.host("h1")
+        server.cmd("iperf3", "-s", "-D", "-1")
+        time.sleep(0.3)
+        return iperf_mbit(net.host("h0"), fabric.nodes["h1"].ip)
+
+
+def direct_capacity(ledger, mtu_bytes: int) -> float:
+    """Baseline: the same flow over one veth pair between two namespaces, no switch."""
+    from mininet.net import Mininet
+
+    net = Mininet(controller=None, build=False)
+    h0, h1 = net.addHost("h0", ip="10.0.0.2/8"), net.addHost("h1", ip="10.0.0.3/8")
+    ledger.add_names(interfaces=["h0-eth0", "h1-eth0"])
+    net.addLink(h0, h1)
+    try:
+        net.build()
+        for h in (h0, h1):
+            ledger.add_process(h.pid)
+            h.cmd(f"ip link set dev {h.defaultIntf()} mtu {mtu_bytes}")
+        h1.cmd("iperf3", "-s", "-D", "-1")
+        time.sleep(0.3)
+        return iperf_mbit(h0, "10.0.0.3")
+    finally:
+        net.stop()
+
+
+def testbed_fabric_times(workdir: Path, ledger, log) -> dict:
+    fabric = build("fattree", k=4, host_rate_mbit=100)
+    t0 = time.monotonic()
+    net = FabricNetwork(fabric, workdir, ledger, log=log)
+    with net:
+        sent, received = net.ping_all()
+        up_s = time.monotonic() - t0
+    return {"up_s": up_s, "down_s": net.timings.stop_s, "build_s": net.timings.build_s,
+            "start_s": net.timings.start_s, "reachable_pairs": received, "pairs": sent}
+
+
+def plain_mininet_times(ledger) -> dict:
+    """Plain Mininet builds, starts and stops the same k=4 fat-tree topology."""
+    from functools import partial
+
+    from mininet.link import TCLink
+    from mininet.net import Mininet
+    from mininet.node import OVSSwitch
+
+    fabric = build("fattree", k=4, host_rate_mbit=100)
+    ledger.add_names(bridges=[s.name for s in fabric.switches],
+                     interfaces=fabric.interface_names())
+    t0 = time.monotonic()
+    net = Mininet(topo=mininet_topo(fabric), switch=partial(OVSSwitch, datapath="user"),
+                  link=TCLink, controller=None, autoSetMacs=False, waitConnected=False)
+    for node in net.hosts + net.switches:
+        ledger.add_process(node.pid)
+    build_s = time.monotonic() - t0
+    net.start()
+    up_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    net.stop()
+    return {"up_s": up_s, "build_s": build_s, "start_s": up_s - build_s,
+            "down_s": time.monotonic() - t1}
+
+
+def run_bench(output: str, log=print) -> dict:
+    from mininet.log import setLogLevel
+
+    setLogLevel("critical")
+    run_id = new_run_id("bench")
+    workdir = Path(output).parent / run_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    result: dict = {"run_id": run_id, "forwarding_mbit": {}, "fabric_k4": {}}
+    with machine(run_id, log) as ledger:
+        for mtu in (1500, 9000):
+            direct = direct_capacity(ledger, mtu)
+            via_ovs = forwarding_capacity(workdir, ledger, mtu, 2, log)
+            result["forwarding_mbit"][f"mtu{mtu}"] = {
+                "two_ovs_switches": via_ovs, "direct_veth_baseline": direct,
+                "ratio_vs_baseline": via_ovs / direct}
+            log(f"forwarding, MTU {mtu}: {via_ovs:.0f} Mbit/s through 2 OVS switches vs "
+                f"{direct:.0f} Mbit/s direct veth = {via_ovs / direct:.3f}x")
+        plain = plain_mininet_times(ledger)
+        ours = testbed_fabric_times(workdir, ledger, log)
+        result["fabric_k4"] = {"testbed": ours, "plain_mininet": plain,
+                               "up_ratio_vs_plain": ours["up_s"] / plain["up_s"],
+                               "down_ratio_vs_plain": ours["down_s"] / plain["down_s"]}
+        log(f"k=4 fat-tree up: testbed {ours['up_s']:.1f} s (programmed, {ours['reachable_pairs']}/"
+            f"{ours['pairs']} pairs reachable) vs plain Mininet {plain['up_s']:.1f} s (no "
+            f"controller) = {ours['up_s'] / plain['up_s']:.2f}x")
+        log(f"k=4 fat-tree down: testbed {ours['down_s']:.1f} s vs plain Mininet "
+            f"{plain['down_s']:.1f} s = {ours['down_s'] / plain['down_s']:.2f}x")
+    Path(output).write_text(json.dumps(result, indent=1))
+    log(f"wrote {output}")
+    return result

@@ -1,0 +1,69 @@
+"""Integration tests build real namespaces, OVS switches and an os-ken controller. They need
+root and run one at a time; without root they fail (they are never silently skipped)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed.experiment import machine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.root)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def require_root():
+    if os.geteuid() != 0:
+        pytest.fail("integration tests need root (run `sudo make test`)", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def ledger():
+    """The run lock and ledger for one test module; everything is swept when it ends."""
+    with machine("integration-test", log=lambda m: None) as ledger:
+        yield ledger
+
+
+OURS = re.compile(r"controllers\.launcher|traffic\.allreduce|mnexec|iperf3|mininet:")
+
+
+def running_processes():
+    """(pid, command line) of every live process; zombies (already dead, waiting to be
+    reaped by PID 1) are not running and are left out."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if state != "Z" and int(entry) != os.getpid():
+            yield int(entry), cmdline
+
+
+def leftovers() -> dict:
+    """What a testbed run could leave behind on this machine."""
+    links = subprocess.run(["ip", "-o", "link", "show", "type", "veth"], capture_output=True,
+                           text=True).stdout.strip()
+    bridges = subprocess.run(["ovs-vsctl", "--timeout=3", "list-br"], capture_output=True,
+                             text=True).stdout.split()
+    procs = [pid for pid, cmdline in running_processes() if OURS.search(cmdline)]
+    return {"veths": links.splitlines() if links else [], "bridges": bridges, "processes": procs,
+            "netns": subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                    text=True).stdout.split()}
+
+
+def assert_clean():
+    left = leftovers()
+    assert left == {"veths": [], "bridges": [], "processes": [], "netns": []}, left

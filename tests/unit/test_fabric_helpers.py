@@ -1,0 +1,104 @@
+"""The command lists and parsers the fabric layer applies: buffers, qdiscs, host set-up."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from testbed.fabric import (
+    BUFFER_HANDLE,
+    OFFLOADS_OFF,
+    default_buffer_bytes,
+    host_setup_commands,
+    mininet_topo,
+    qdisc_drops,
+    queue_command,
+)
+from testbed.topology.fattree import fat_tree
+
+BUFFER_TIME_S = 0.050  # the documented 50 ms of buffering at the link rate
+MIN_FRAMES = 8         # and never fewer than 8 full frames
+
+
+@pytest.mark.parametrize(("rate_mbit", "mtu_bytes", "expected"), [
+    (1000.0, 9000, 6_250_000),  # 1 Gbit/s * 50 ms = 6.25 MB
+    (100.0, 1500, 625_000),
+    (6.0, 9000, 72_000),        # 37 500 B of 50 ms is under 8 jumbo frames
+    (6.0, 1500, 37_500),
+    (1.0, 1500, 12_000),        # 6 250 B is under 8 frames of 1500
+])
+def test_default_buffer_bytes(rate_mbit, mtu_bytes, expected):
+    assert default_buffer_bytes(rate_mbit, mtu_bytes) == expected
+    assert isinstance(default_buffer_bytes(rate_mbit, mtu_bytes), int)
+
+
+@pytest.mark.parametrize("rate_mbit", [0.5, 3.0, 10.0, 250.0, 10_000.0])
+@pytest.mark.parametrize("mtu_bytes", [1500, 9000])
+def test_default_buffer_bytes_is_the_larger_of_time_and_frames(rate_mbit, mtu_bytes):
+    by_time = int(rate_mbit * 1e6 / 8 * BUFFER_TIME_S)
+    assert default_buffer_bytes(rate_mbit, mtu_bytes) == max(MIN_FRAMES * mtu_bytes, by_time)
+
+
+def test_queue_command():
+    assert queue_command("p0e0-eth3", 72_000) == [
+        "tc", "qdisc", "replace", "dev", "p0e0-eth3", "parent", "5:1", "handle", "10:",
+        "bfifo", "limit", "72000"]
+    assert BUFFER_HANDLE == "10:"
+
+
+def tc_entry(kind, handle, drops, **extra) -> dict:
+    return {"kind": kind, "handle": handle, "bytes": 1000, "packets": 10, "drops": drops,
+            "overlimits": 0, "requeues": 0, "backlog": 0, "qlen": 0, **extra}
+
+
+def test_qdisc_drops_counts_only_the_buffers():
+    tc_output = json.dumps([
+        # HTB root repeats the drops of the bfifo below it
+        tc_entry("htb", "5:", 7, dev="p0e0-eth1", root=True, refcnt=2,
+                 options={"r2q": 10, "default": "0x1"}),
+        tc_entry("bfifo", "10:", 7, dev="p0e0-eth1", parent="5:1", options={"limit": 72000}),
+        tc_entry("htb", "5:", 3, dev="p0e0-eth2", root=True),
+        tc_entry("bfifo", "10:", 3, dev="p0e0-eth2", parent="5:1"),
+        tc_entry("noqueue", "0:", 0, dev="lo", root=True),
+        tc_entry("fq_codel", "0:", 11, dev="eth0", root=True),  # not a link buffer
+        {"kind": "bfifo", "handle": "10:", "dev": "p0e0-eth3"},  # no statistics yet
+    ])
+    assert qdisc_drops(tc_output) == 10
+
+
+@pytest.mark.parametrize("text", ["", "[]"])
+def test_qdisc_drops_of_nothing(text):
+    assert qdisc_drops(text) == 0
+
+
+def test_host_setup_commands():
+    line = host_setup_commands("p0e0h1-eth0", 9000)
+    assert line == (
+        "ip link set dev p0e0h1-eth0 mtu 9000 && "
+        "ethtool -K p0e0h1-eth0 tx off rx off tso off gso off gro off >/dev/null 2>&1; "
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+    words = shlex.split(line)
+    assert words[:7] == ["ip", "link", "set", "dev", "p0e0h1-eth0", "mtu", "9000"]
+    ethtool = words.index("ethtool")
+    assert words[ethtool + 1:ethtool + 3 + len(OFFLOADS_OFF)] == ["-K", "p0e0h1-eth0", *OFFLOADS_OFF]
+
+
+def test_offloads_off_pairs():
+    assert OFFLOADS_OFF[1::2] == ["off"] * (len(OFFLOADS_OFF) // 2)
+    assert set(OFFLOADS_OFF[::2]) == {"tx", "rx", "tso", "gso", "gro"}
+
+
+def test_mininet_topo_carries_names_ports_dpids_addresses_and_rates():
+    fabric = fat_tree(2, host_rate_mbit=6.0, fabric_rate_mbit=12.0)
+    topo = mininet_topo(fabric)
+    assert sorted(topo.nodes()) == sorted(fabric.nodes)
+    assert topo.nodeInfo("p0e0") == {"isSwitch": True, "dpid": "0000000100000000"}
+    assert topo.nodeInfo("p1e0h0") == {"ip": "10.1.0.2/8", "mac": "02:00:0a:01:00:02"}
+    links = topo.links(withKeys=True, withInfo=True)
+    assert len(links) == len(fabric.links)
+    infos = {(info["node1"], info["node2"]): info for _, _, _, info in links}
+    assert infos[("p0e0h0", "p0e0")]["port1"] == 0 and infos[("p0e0h0", "p0e0")]["port2"] == 1
+    assert infos[("p0e0h0", "p0e0")]["bw"] == 6.0
+    assert infos[("p1a0", "c0")] == {"node1": "p1a0", "node2": "c0", "port1": 2, "port2": 2,
+                                     "bw": 12.0}

@@ -1,0 +1,108 @@
+"""Where each link direction's bytes are counted, and rates and means over a time window."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.telemetry import Direction, Series, link_directions, window_mean, window_rates_mbit
+from testbed.topology.fattree import fat_tree
+
+RATE_REL_TOL = 1e-9
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    return fat_tree(4, host_rate_mbit=10.0, fabric_rate_mbit=40.0)
+
+
+@pytest.fixture(scope="module")
+def directions(fabric):
+    return {d.label: d for d in link_directions(fabric)}
+
+
+def test_two_directions_per_link(fabric, directions):
+    assert len(directions) == 2 * len(fabric.links)
+    for link in fabric.links:
+        assert f"{link.a}->{link.b}" in directions
+        assert f"{link.b}->{link.a}" in directions
+
+
+def test_host_sending_is_counted_as_rx_on_the_switch_port(directions):
+    d = directions["p0e0h1->p0e0"]
+    assert d == Direction("p0e0h1", "p0e0", 10.0, "/sys/class/net/p0e0-eth2/statistics/rx_bytes")
+
+
+def test_switch_sending_to_a_host_is_counted_as_tx_on_its_port(directions):
+    d = directions["p0e0->p0e0h1"]
+    assert d == Direction("p0e0", "p0e0h1", 10.0, "/sys/class/net/p0e0-eth2/statistics/tx_bytes")
+
+
+def test_switch_to_switch_uses_the_senders_tx(directions):
+    up = directions["p1e1->p1a0"]
+    down = directions["p1a0->p1e1"]
+    assert up.counter_path == "/sys/class/net/p1e1-eth3/statistics/tx_bytes"
+    assert down.counter_path == "/sys/class/net/p1a0-eth2/statistics/tx_bytes"
+    assert up.rate_mbit == down.rate_mbit == 40.0
+    core = directions["c3->p2a1"]
+    assert core.counter_path == "/sys/class/net/c3-eth3/statistics/tx_bytes"
+
+
+def test_no_counter_is_read_inside_a_host(fabric, directions):
+    hosts = {h.name for h in fabric.hosts}
+    for d in directions.values():
+        intf = d.counter_path.split("/")[4]
+        assert intf.rsplit("-eth", 1)[0] not in hosts, d
+        assert d.counter_path.endswith("/tx_bytes") == (d.src not in hosts)
+
+
+def test_label():
+    assert Direction("a", "b", 1.0, "/x").label == "a->b"
+
+
+# --- windows -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def series():
+    # 1 Mbit/s = 125000 bytes/s on a->b; b->a idle then 2 Mbit/s from t=2
+    return Series(
+        t_s=[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0],
+        link_bytes={"a->b": [0, 62_500, 125_000, 187_500, 250_000, 312_500, 375_000],
+                    "b->a": [0, 0, 0, 0, 0, 125_000, 250_000]},
+        cpu_busy_fraction=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 0.9],
+        vswitchd_cores=[0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+    )
+
+
+def test_window_rates_over_the_whole_series(series):
+    rates = window_rates_mbit(series, 0.0, 3.0)
+    assert rates["a->b"] == pytest.approx(1.0, rel=RATE_REL_TOL)
+    assert rates["b->a"] == pytest.approx(250_000 * 8 / 3.0 / 1e6, rel=RATE_REL_TOL)
+
+
+def test_window_rates_use_the_samples_inside_the_window(series):
+    # samples at 2.0 .. 3.0 are inside [1.9, 3.2]
+    rates = window_rates_mbit(series, 1.9, 3.2)
+    assert rates["a->b"] == pytest.approx(1.0, rel=RATE_REL_TOL)
+    assert rates["b->a"] == pytest.approx(2.0, rel=RATE_REL_TOL)
+    # ends are inclusive
+    assert window_rates_mbit(series, 2.5, 3.0)["b->a"] == pytest.approx(2.0, rel=RATE_REL_TOL)
+    assert window_rates_mbit(series, 0.0, 2.0)["b->a"] == 0.0
+
+
+@pytest.mark.parametrize(("start", "end"), [(0.6, 0.9), (1.0, 1.0), (5.0, 9.0), (2.0, 1.0)])
+def test_window_rates_need_two_samples(series, start, end):
+    assert window_rates_mbit(series, start, end) == {"a->b": 0.0, "b->a": 0.0}
+
+
+def test_window_mean(series):
+    assert window_mean(series.cpu_busy_fraction, series, 1.0, 2.0) == pytest.approx(
+        0.6, rel=RATE_REL_TOL)
+    assert window_mean(series.cpu_busy_fraction, series, 0.0, 3.0) == pytest.approx(
+        3.9 / 7, rel=RATE_REL_TOL)
+    assert window_mean(series.vswitchd_cores, series, 0.25, 10.0) == 1.0
+    assert window_mean(series.cpu_busy_fraction, series, 3.1, 4.0) == 0.0
+
+
+def test_window_rates_of_an_empty_series():
+    assert window_rates_mbit(Series(link_bytes={"x->y": []}), 0.0, 1.0) == {"x->y": 0.0}
+    assert window_mean([], Series(), 0.0, 1.0) == 0.0

@@ -259,6 +259,10 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
     )
 
 
+# Features whose code exists today; the others show the path they will take once built.
+IMPLEMENTED_FEATURES = frozenset({"ovs_datapath"})
+
+
 def format_report(platform: Platform) -> str:
     """A readable aligned table: each capability yes/no with its detail, then each path."""
     caps = list(platform.capabilities.values())
@@ -276,7 +280,8 @@ def format_report(platform: Platform) -> str:
     feature_width = max([len("feature")] + [len(feature) for feature, _ in path_items])
     lines += ["", f"{'feature':<{feature_width}}  path", f"{'-' * feature_width}  ----"]
     for feature, path in path_items:
-        lines.append(f"{feature:<{feature_width}}  {path}")
+        status = "" if feature in IMPLEMENTED_FEATURES else "  (chosen path; feature not built yet)"
+        lines.append(f"{feature:<{feature_width}}  {path}{status}")
     return "\n".join(lines)
 
 

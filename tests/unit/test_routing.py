@@ -70,9 +70,11 @@ class Walker:
         return paths
 
 
-def test_every_switch_reaches_every_host_along_all_shortest_paths(tree):
+@pytest.mark.parametrize("mode", [ECMP, SINGLE])
+def test_every_switch_reaches_every_host_along_shortest_paths(tree, mode):
+    """ECMP offers every equal-cost path, each once; single-path mode exactly one of them."""
     _, fabric = tree
-    walker = Walker(fabric, compute_rules(fabric, ECMP))
+    walker = Walker(fabric, compute_rules(fabric, mode))
     switch_graph = fabric.graph().subgraph(s.name for s in fabric.switches)
     for host in fabric.hosts:
         edge, _ = fabric.host_attachment(host.name)
@@ -82,24 +84,9 @@ def test_every_switch_reaches_every_host_along_all_shortest_paths(tree):
             for path in paths:
                 assert path[-2] == edge
                 assert len(path) - 2 == dist[switch.name]  # switch hops to the edge switch
-            # ECMP offers every equal-cost path, each once.
-            expected = sum(1 for _ in nx.all_shortest_paths(switch_graph, switch.name, edge))
-            assert len(paths) == expected
+            equal_cost = sum(1 for _ in nx.all_shortest_paths(switch_graph, switch.name, edge))
+            assert len(paths) == (equal_cost if mode == ECMP else 1)
             assert len({tuple(p) for p in paths}) == len(paths)
-
-
-def test_single_path_mode_reaches_every_host_along_one_shortest_path(tree):
-    _, fabric = tree
-    walker = Walker(fabric, compute_rules(fabric, SINGLE))
-    switch_graph = fabric.graph().subgraph(s.name for s in fabric.switches)
-    for host in fabric.hosts:
-        edge, _ = fabric.host_attachment(host.name)
-        dist = nx.single_source_shortest_path_length(switch_graph, edge)
-        for switch in fabric.switches:
-            paths = walker.paths(switch.name, host)
-            assert len(paths) == 1
-            assert paths[0][-2] == edge
-            assert len(paths[0]) - 2 == dist[switch.name]
 
 
 def test_single_mode_has_no_groups_and_one_port_per_route(tree):

@@ -96,9 +96,16 @@ def cmd_bench(args) -> int:
     return 0
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """Usage errors as one line (``testbed: error: ...``, exit 2) like the testbed's own."""
+
+    def error(self, message):
+        self.exit(2, f"testbed: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="testbed", description="AI data-center fabric testbed")
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineErrors)
 
     run = sub.add_parser("run", help="run an experiment (a scenario file, flags, or both)")
     run.add_argument("scenario", nargs="?", help="scenario YAML (see scenarios/)")

@@ -150,8 +150,9 @@ def run_experiment(config: RunConfig, log=print) -> dict:
         with FabricNetwork(fabric, workdir, ledger, datapath=datapath, routing=config.routing,
                            log=log) as net:
             t = net.timings
-            log(f"fabric up: build {t.build_s:.1f} s, start {t.start_s:.1f} s, "
-                f"controller programmed all switches {t.programmed_s:.1f} s later")
+            log(f"fabric up: build {t.build_s:.1f} s, start {t.start_s:.1f} s; all "
+                f"{len(fabric.switches)} switches programmed by the controller "
+                f"{t.programmed_s:.1f} s after start")
             summary["groups"] = check_groups(fabric, config.routing)
             t0 = time.monotonic()
             sent, received = net.ping_all()
@@ -260,8 +261,8 @@ def allreduce_summary(config, fabric, results, sampler, directions, queue_drops:
     algbw = algbw_gbyte(config.size_bytes, mean_s)
     busbw = algbw * allreduce_busbw_factor(world)
     busbw_mbit = busbw * 8e3
-    start = min(r["timed_window_monotonic_s"][0] for r in results) - sampler._t0
-    end = max(r["timed_window_monotonic_s"][1] for r in results) - sampler._t0
+    start = sampler.since_start_s(min(r["timed_window_monotonic_s"][0] for r in results))
+    end = sampler.since_start_s(max(r["timed_window_monotonic_s"][1] for r in results))
     rates = window_rates_mbit(sampler.series, start, end)
     util = {d.label: rates[d.label] / d.rate_mbit for d in directions}
     host_names = {h.name for h in fabric.hosts}

@@ -93,11 +93,10 @@ class Sampler:
         self.series = Series(link_bytes={d.label: [] for d in directions})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self.marks: dict[str, float] = {}
 
-    def mark(self, name: str) -> None:
-        """Remember a moment (seconds since start), e.g. the start of the timed phase."""
-        self.marks[name] = time.monotonic() - self._t0
+    def since_start_s(self, monotonic_s: float) -> float:
+        """A CLOCK_MONOTONIC instant (any process's) as seconds since sampling started."""
+        return monotonic_s - self._t0
 
     def __enter__(self) -> Sampler:
         self._t0 = time.monotonic()

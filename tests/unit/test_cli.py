@@ -205,8 +205,18 @@ def test_topo_default_k_and_rate_parameter(capsys):
     assert info["params"] == {"k": 4, "host_rate_mbit": 25, "fabric_rate_mbit": 25}
 
 
-def test_no_command_is_an_argparse_error(capsys):
+def test_no_command_is_a_one_line_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         main([])
     assert info.value.code == 2
-    assert "usage: testbed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("testbed: error: ") and err.count("\n") == 1
+    assert "command" in err
+
+
+def test_bad_flag_type_is_a_one_line_error_naming_the_flag(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--rate-mbit", "abc"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--rate-mbit" in err and "'abc'" in err

@@ -13,7 +13,7 @@ SYSTEM_PYTHON=/usr/bin/python3
 
 APT_PACKAGES=(
   openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 tcpdump tshark
-  clang llvm libbpf-dev python3-venv python3-pip procps
+  clang llvm libbpf-dev python3-venv python3-pip procps fping
 )
 
 say() { printf '[install] %s\n' "$*"; }

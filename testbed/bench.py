@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from testbed.experiment import machine, new_run_id
-from testbed.fabric import FabricNetwork, mininet_topo
+from testbed.fabric import FabricNetwork
 from testbed.topology import build
 
 IPERF_SECONDS = 5
@@ -66,19 +66,41 @@ def testbed_fabric_times(workdir: Path, ledger, log) -> dict:
             "start_s": net.timings.start_s, "reachable_pairs": received, "pairs": sent}
 
 
-def plain_mininet_times(ledger) -> dict:
-    """Plain Mininet builds, starts and stops the same k=4 fat-tree topology."""
-    from functools import partial
+def mininet_topo(fabric):
+    """A Mininet Topo with the fabric's names, ports, DPIDs, addresses and link rates: the
+    same network, for plain Mininet to build as the baseline."""
+    from mininet.topo import Topo
 
+    topo = Topo()
+    for node in fabric.nodes.values():
+        if node.is_host:
+            topo.addHost(node.name, ip=f"{node.ip}/8", mac=node.mac)
+        else:
+            topo.addSwitch(node.name, dpid=f"{node.dpid:016x}")
+    for link in fabric.links:
+        shaping = {} if link.rate_mbit is None else {"bw": link.rate_mbit}
+        topo.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, **shaping)
+    return topo
+
+
+def plain_mininet_times(ledger, k: int) -> dict:
+    """Plain Mininet builds, starts and stops the same k=4 fat-tree topology."""
     from mininet.link import TCLink
     from mininet.net import Mininet
     from mininet.node import OVSSwitch
 
-    fabric = build("fattree", k=4, host_rate_mbit=100)
+    class UserOVSSwitch(OVSSwitch):
+        """OVS with the userspace datapath, as `mn --switch ovs,datapath=user` makes it (a
+        subclass, so Mininet's batched start-up applies)."""
+
+        def __init__(self, name, **params):
+            super().__init__(name, datapath="user", **params)
+
+    fabric = build("fattree", k=k, host_rate_mbit=100)
     ledger.add_names(bridges=[s.name for s in fabric.switches],
                      interfaces=fabric.interface_names())
     t0 = time.monotonic()
-    net = Mininet(topo=mininet_topo(fabric), switch=partial(OVSSwitch, datapath="user"),
+    net = Mininet(topo=mininet_topo(fabric), switch=UserOVSSwitch,
                   link=TCLink, controller=None, autoSetMacs=False, waitConnected=False)
     for node in net.hosts + net.switches:
         ledger.add_process(node.pid)

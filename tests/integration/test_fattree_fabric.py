@@ -68,7 +68,8 @@ def test_tcp_flow_across_pods_reaches_the_link_rate(net):
     server, client = net.host("p3e1h1"), net.host("p0e0h0")
     server.cmd("iperf3", "-s", "-D", "-1", "-p", "5301")
     time.sleep(0.3)
-    out = json.loads(client.cmd("iperf3", "-c", server.IP(), "-p", "5301", "-t", "4", "-J"))
+    server_ip = net.fabric.nodes["p3e1h1"].ip
+    out = json.loads(client.cmd("iperf3", "-c", server_ip, "-p", "5301", "-t", "4", "-J"))
     mbit = out["end"]["sum_received"]["bits_per_second"] / 1e6
     assert mbit >= MIN_TCP_DELIVERY * RATE_MBIT
     assert mbit <= 1.05 * RATE_MBIT  # the shaper holds the configured rate

@@ -10,11 +10,14 @@ from testbed.fabric import (
     BUFFER_HANDLE,
     OFFLOADS_OFF,
     default_buffer_bytes,
-    host_setup_commands,
-    mininet_topo,
+    host_script,
+    ovs_transaction,
     qdisc_drops,
     queue_command,
+    shaping_commands,
+    switch_tc_batch,
 )
+from testbed.bench import mininet_topo
 from testbed.topology.fattree import fat_tree
 
 BUFFER_TIME_S = 0.050  # the documented 50 ms of buffering at the link rate
@@ -72,18 +75,6 @@ def test_qdisc_drops_of_nothing(text):
     assert qdisc_drops(text) == 0
 
 
-def test_host_setup_commands():
-    line = host_setup_commands("p0e0h1-eth0", 9000)
-    assert line == (
-        "ip link set dev p0e0h1-eth0 mtu 9000 && "
-        "ethtool -K p0e0h1-eth0 tx off rx off tso off gso off gro off >/dev/null 2>&1; "
-        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
-    words = shlex.split(line)
-    assert words[:7] == ["ip", "link", "set", "dev", "p0e0h1-eth0", "mtu", "9000"]
-    ethtool = words.index("ethtool")
-    assert words[ethtool + 1:ethtool + 3 + len(OFFLOADS_OFF)] == ["-K", "p0e0h1-eth0", *OFFLOADS_OFF]
-
-
 def test_offloads_off_pairs():
     assert OFFLOADS_OFF[1::2] == ["off"] * (len(OFFLOADS_OFF) // 2)
     assert set(OFFLOADS_OFF[::2]) == {"tx", "rx", "tso", "gso", "gro"}
@@ -102,3 +93,41 @@ def test_mininet_topo_carries_names_ports_dpids_addresses_and_rates():
     assert infos[("p0e0h0", "p0e0")]["bw"] == 6.0
     assert infos[("p1a0", "c0")] == {"node1": "p1a0", "node2": "c0", "port1": 2, "port2": 2,
                                      "bw": 12.0}
+
+
+def test_shaping_commands_give_an_htb_rate_and_a_byte_buffer():
+    cmds = shaping_commands("s1-eth1", 6.0, 9000)
+    assert cmds[0] == "qdisc replace dev s1-eth1 root handle 5: htb default 1"
+    assert "rate 6.0mbit" in cmds[1] and "quantum 9064" in cmds[1]
+    assert cmds[2].endswith(f"handle {BUFFER_HANDLE} bfifo limit {default_buffer_bytes(6.0, 9000)}")
+    assert shaping_commands("s1-eth1", None, 9000) == []
+
+
+def test_switch_tc_batch_shapes_every_switch_end_and_no_host_end():
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    batch = switch_tc_batch(fabric).splitlines()
+    switch_ends = [link.intf(end) for link in fabric.links for end, node in
+                   ((0, link.a), (1, link.b)) if not fabric.nodes[node].is_host]
+    assert len(batch) == 3 * len(switch_ends)
+    assert {line.split()[3] for line in batch} == set(switch_ends)
+
+
+def test_host_script_configures_the_hosts_own_interface():
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    script = host_script(fabric, "p1e0h1")
+    assert "ip addr add 10.1.0.3/8 dev p1e0h1-eth0" in script
+    assert "address 02:00:0a:01:00:03" in script
+    assert "tc qdisc replace dev p1e0h1-eth0 root handle 5: htb" in script
+    assert "p1e0-eth" not in script  # never touches the switch side
+
+
+def test_ovs_transaction_creates_each_bridge_once_with_numbered_ports():
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    args = ovs_transaction(fabric, "netdev", 6653)
+    assert args[0] != "--"
+    assert args.count("add-br") == len(fabric.switches)
+    assert args.count("add-port") == sum(1 for _ in fabric.links for _ in (0, 1)) - len(fabric.hosts)
+    i = args.index("p0e0-eth3")  # edge port 3 is its first uplink
+    assert args[i + 1:i + 6] == ["--", "set", "interface", "p0e0-eth3", "ofport_request=3"]
+    assert "tcp:127.0.0.1:6653" in args and "fail_mode=secure" in args
+    assert "other-config:datapath-id=0000000100000000" in args

@@ -61,9 +61,17 @@ def cmd_topo(args) -> int:
     from testbed.topology import build
     from testbed.topology.describe import describe, format_description
 
+    if args.draw is not None and "=" in args.draw:
+        raise ConfigError("--draw", f"expected a PNG path, got {args.draw!r}; put --draw after "
+                          "the parameters")
     fabric = build(args.name, **parse_params(args.param))
     info = describe(fabric)
     print(json.dumps(info, indent=1) if args.json else format_description(info))
+    if args.draw is not None:
+        from testbed.topology.describe import draw
+
+        path = draw(fabric, args.draw or f"results/topo-{args.name}.png")
+        print(f"drawing: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -127,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("name", help="topology family, e.g. fattree")
     topo.add_argument("param", nargs="*", help="parameters, e.g. k=4")
     topo.add_argument("--json", action="store_true", help="print JSON")
+    topo.add_argument("--draw", nargs="?", const="", metavar="PATH",
+                      help="also draw it as a PNG (default path results/topo-<name>.png)")
     topo.set_defaults(func=cmd_topo)
 
     sub.add_parser("doctor", help="what this machine can do and which path each feature takes"

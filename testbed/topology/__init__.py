@@ -3,10 +3,15 @@ from __future__ import annotations
 
 from testbed.errors import ConfigError
 from testbed.topology.base import Fabric, Link, Node
+from testbed.topology.clos import clos
+from testbed.topology.dragonfly import dragonfly
 from testbed.topology.fattree import fat_tree
 from testbed.topology.line import line
+from testbed.topology.nvswitch import nvswitch
+from testbed.topology.spineleaf import spine_leaf
 
-BUILDERS = {"fattree": fat_tree, "line": line}
+BUILDERS = {"fattree": fat_tree, "line": line, "spineleaf": spine_leaf, "clos": clos,
+            "dragonfly": dragonfly, "nvswitch": nvswitch}
 
 __all__ = ["BUILDERS", "Fabric", "Link", "Node", "build"]
 

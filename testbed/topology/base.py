@@ -15,6 +15,13 @@ import networkx as nx
 
 HOST = "host"
 
+# Switch roles, one name per job a switch does; the fat-tree keeps its paper's names.
+EDGE, AGGREGATION, CORE = "edge", "aggregation", "core"
+LEAF, SPINE, SUPERSPINE = "leaf", "spine", "superspine"
+ROUTER, NVSWITCH = "router", "nvswitch"
+ROLE_CODES = {EDGE: 1, AGGREGATION: 2, CORE: 3, LEAF: 4, SPINE: 5, SUPERSPINE: 6, ROUTER: 7,
+              NVSWITCH: 8}
+
 
 @dataclass(frozen=True)
 class Node:
@@ -47,6 +54,9 @@ class Link:
         """Name of the interface at end 0 (a) or end 1 (b), as Mininet names it."""
         node, port = (self.a, self.a_port) if end == 0 else (self.b, self.b_port)
         return intf_name(node, port)
+
+
+LINUX_IFNAMSIZ_CHARS = 15  # IFNAMSIZ (16) minus the terminating NUL: every name must fit
 
 
 def intf_name(node: str, port: int) -> str:
@@ -130,6 +140,14 @@ class Fabric:
     def load_json(cls, path) -> Fabric:
         with open(path) as fh:
             return cls.from_dict(json.load(fh))
+
+
+def switch_dpid(role: str, high: int, low: int) -> int:
+    """DPID 0x00RR_HHHH_LLLL: role code, then two 16-bit coordinates (e.g. pod and index)."""
+    for part in (high, low):
+        if not 0 <= part <= 0xFFFF:
+            raise ValueError(f"DPID coordinate {part} out of range")
+    return (ROLE_CODES[role] << 32) | (high << 16) | low
 
 
 def host_address(a: int, b: int, c: int) -> tuple[str, str]:

@@ -12,21 +12,17 @@ paths between hosts in different pods.
           /  \\   /  \\
      p0e0h0 p0e0h1 ...                      host p{pod}e{edge}h{i}: 10.pod.edge.(i+2)
 
-Coordinates are carried in names, DPIDs, MACs and IPs (as in ripl), so a controller can derive
-roles without discovery.
+Coordinates are carried in names, DPIDs (0x00RR_PPPP_IIII: role, pod, index or core number),
+MACs and IPs (as in ripl), so a controller can derive roles without discovery.
 """
 from __future__ import annotations
 
 from testbed.errors import ConfigError
-from testbed.topology.base import HOST, Fabric, Node, host_address
+from testbed.topology.base import (AGGREGATION, CORE, EDGE, HOST, Fabric, Node, host_address,
+                                   switch_dpid)
+from testbed.topology.checks import check_mtu, check_rate
 
-EDGE, AGGREGATION, CORE = "edge", "aggregation", "core"
-_ROLE_CODE = {EDGE: 1, AGGREGATION: 2, CORE: 3}
-
-
-def switch_dpid(role: str, pod: int, index: int) -> int:
-    """DPID 0x00RR_PPPP_IIII: role code, pod, index within the pod (or core number)."""
-    return (_ROLE_CODE[role] << 32) | (pod << 16) | index
+__all__ = ["AGGREGATION", "CORE", "EDGE", "fat_tree", "switch_dpid"]
 
 
 def fat_tree(k: int = 4, host_rate_mbit: float = 100.0, fabric_rate_mbit: float | None = None,
@@ -36,11 +32,10 @@ def fat_tree(k: int = 4, host_rate_mbit: float = 100.0, fabric_rate_mbit: float 
         raise ConfigError("k", f"must be an even integer >= 2, got {k!r}")
     if k > 64:
         raise ConfigError("k", f"{k} gives {k ** 3 // 4} hosts; addresses support k <= 64")
-    if not host_rate_mbit > 0:  # also rejects NaN
-        raise ConfigError("host_rate_mbit", f"must be positive, got {host_rate_mbit}")
+    check_rate("host_rate_mbit", host_rate_mbit)
     fabric_rate_mbit = host_rate_mbit if fabric_rate_mbit is None else fabric_rate_mbit
-    if not fabric_rate_mbit > 0:
-        raise ConfigError("fabric_rate_mbit", f"must be positive, got {fabric_rate_mbit}")
+    check_rate("fabric_rate_mbit", fabric_rate_mbit)
+    check_mtu(mtu_bytes)
     half = k // 2
     fabric = Fabric(kind="fattree", mtu_bytes=mtu_bytes,
                     params={"k": k, "host_rate_mbit": host_rate_mbit,

@@ -195,14 +195,44 @@ def test_topo_fattree_k4_json(capsys):
     assert info["params"]["k"] == 4
     assert (info["hosts"], info["switches"], info["links"]) == (16, 20, 48)
     assert info["equal_cost_paths"] == 4
-    assert info["formula"] == {"hosts": 16, "switches": 20, "links": 48, "equal_cost_paths": 4}
+    assert info["formula"] == {"hosts": 16, "switches": 20, "links": 48, "equal_cost_paths": 4,
+                               "switch_links": 32, "max_switch_ports": 4,
+                               "max_switch_hops_between_hosts": 4,
+                               "bisection_bandwidth_mbit": 800.0}
     assert info["switches_by_role"] == {"core": 4, "aggregation": 8, "edge": 8}
+    assert info["bisection_bandwidth_mbit"] == 800.0
+    assert info["oversubscription"] is None
 
 
 def test_topo_default_k_and_rate_parameter(capsys):
     assert main(["topo", "fattree", "host_rate_mbit=25", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["params"] == {"k": 4, "host_rate_mbit": 25, "fabric_rate_mbit": 25}
+
+
+def test_topo_draw_writes_the_default_png(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["topo", "spineleaf", "leaves=2", "--draw"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "drawing: results/topo-spineleaf.png"
+    png = tmp_path / "results" / "topo-spineleaf.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_topo_draw_to_a_path_keeps_json_on_stdout(capsys, tmp_path):
+    target = tmp_path / "sub" / "df.png"
+    assert main(["topo", "dragonfly", "--json", "--draw", str(target)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["hosts"] == 72
+    assert err == f"drawing: {target}\n"
+    assert target.stat().st_size > 10_000
+
+
+def test_topo_draw_swallowing_a_parameter_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["topo", "fattree", "--draw", "k=4"]) == USAGE_ERROR_STATUS
+    assert "--draw: expected a PNG path, got 'k=4'" in one_line_error(capsys)
+    assert not (tmp_path / "results").exists()
 
 
 def test_no_command_is_a_one_line_usage_error(capsys):

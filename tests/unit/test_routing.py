@@ -6,6 +6,7 @@ import networkx as nx
 import pytest
 
 from controllers.routing import ECMP, MODES, SINGLE, Route, SwitchRules, arp_table, compute_rules
+from fabric_walk import Walker, out_ports, route_table
 from testbed.topology.base import Fabric
 from testbed.topology.fattree import AGGREGATION, CORE, EDGE, fat_tree
 
@@ -15,59 +16,6 @@ KS = [4, 6]
 @pytest.fixture(scope="module", params=KS, ids=lambda k: f"k{k}")
 def tree(request) -> tuple[int, Fabric]:
     return request.param, fat_tree(request.param)
-
-
-def port_peers(fabric: Fabric) -> dict[tuple[str, int], str]:
-    peers = {}
-    for link in fabric.links:
-        peers[(link.a, link.a_port)] = link.b
-        peers[(link.b, link.b_port)] = link.a
-    return peers
-
-
-def route_table(rules: SwitchRules) -> dict[str, Route]:
-    table = {route.dst_ip: route for route in rules.routes}
-    assert len(table) == len(rules.routes), f"{rules.name} has two routes for one address"
-    return table
-
-
-def out_ports(rules: SwitchRules, route: Route) -> tuple[int, ...]:
-    if route.group_id is not None:
-        assert route.port is None
-        return rules.groups[route.group_id]
-    assert route.port is not None
-    return (route.port,)
-
-
-class Walker:
-    """Follows the computed rules hop by hop, as the switches would."""
-
-    def __init__(self, fabric: Fabric, rules: dict[str, SwitchRules]):
-        self.fabric = fabric
-        self.rules = rules
-        self.peers = port_peers(fabric)
-        self.tables = {name: route_table(r) for name, r in rules.items()}
-
-    def paths(self, start: str, host) -> list[list[str]]:
-        """Every node sequence a packet for ``host`` can take from switch ``start``, following
-        all ECMP choices; fails on a loop, a missing route or a dead end."""
-        max_hops = len(self.fabric.nodes)
-        paths, stack = [], [[start]]
-        while stack:
-            path = stack.pop()
-            here = path[-1]
-            if here == host.name:
-                paths.append(path)
-                continue
-            assert not self.fabric.nodes[here].is_host, f"delivered to the wrong host: {path}"
-            assert len(path) <= max_hops, f"no progress: {path}"
-            route = self.tables[here].get(host.ip)
-            assert route is not None, f"{here} has no route to {host.ip}"
-            for port in out_ports(self.rules[here], route):
-                nxt = self.peers[(here, port)]
-                assert nxt not in path, f"loop: {path} -> {nxt}"
-                stack.append(path + [nxt])
-        return paths
 
 
 @pytest.mark.parametrize("mode", [ECMP, SINGLE])

@@ -251,7 +251,14 @@ def test_describe_matches_formulas(tree):
     for key in ("hosts", "switches", "links", "equal_cost_paths"):
         assert info[key] == info["formula"][key], key
     assert info["formula"] == {"hosts": k ** 3 // 4, "switches": 5 * k * k // 4,
-                               "links": 3 * k ** 3 // 4, "equal_cost_paths": (k // 2) ** 2}
+                               "links": 3 * k ** 3 // 4, "equal_cost_paths": (k // 2) ** 2,
+                               "switch_links": k ** 3 // 2, "max_switch_ports": k,
+                               "max_switch_hops_between_hosts": 4,
+                               "bisection_bandwidth_mbit": k ** 3 / 8 * 100.0}
+    for key in ("switch_links", "max_switch_ports", "max_switch_hops_between_hosts",
+                "bisection_bandwidth_mbit"):
+        assert info[key] == info["formula"][key], key
+    assert info["oversubscription"] is None  # fat-tree params carry none
     assert info["switches_by_role"] == {CORE: (k // 2) ** 2, AGGREGATION: k * k // 2,
                                         EDGE: k * k // 2}
     assert info["switch_diameter_hops"] == 4
@@ -270,6 +277,10 @@ def test_format_description_k4():
         ("links", "48   (formula: 48)"),
         ("equal-cost paths p0e0h0 -> p3e1h1", "4   (formula: 4)"),
         ("switch diameter", "4 hops"),
+        ("switch-to-switch links", "32   (formula: 32)"),
+        ("max switch ports", "4   (formula: 4)"),
+        ("max switch hops host-host", "4   (formula: 4)"),
+        ("bisection bandwidth", "800 Mbit/s   (formula: 800 Mbit/s)"),
     ]
     assert lines == [f"{label:<{width}}  {value}" for label, value in expected]
 

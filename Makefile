@@ -4,7 +4,7 @@ TESTBED := $(VENV)/bin/testbed
 PYTEST := $(VENV)/bin/python -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help install run-fattree test test-unit test-integration bench doctor clean topo
+.PHONY: help install run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch test test-unit test-integration bench doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -16,6 +16,18 @@ install:  ## install packages and the venv (idempotent; root)
 
 run-fattree: install  ## ring AllReduce on a k=4 fat-tree with ECMP (root)
 	$(TESTBED) run scenarios/fattree-allreduce.yaml
+
+run-spineleaf: install  ## ring AllReduce on a 4-leaf, 2-spine fabric (root)
+	$(TESTBED) run scenarios/spineleaf-allreduce.yaml
+
+run-clos: install  ## ring AllReduce on a 5-stage Clos (root)
+	$(TESTBED) run scenarios/clos-allreduce.yaml
+
+run-dragonfly: install  ## ring AllReduce on a small balanced dragonfly (root)
+	$(TESTBED) run scenarios/dragonfly-allreduce.yaml
+
+run-nvswitch: install  ## ring AllReduce over NVSwitch-like nodes on a spine-leaf (root)
+	$(TESTBED) run scenarios/nvswitch-allreduce.yaml
 
 test: install  ## unit tests, then root integration tests on real namespaces
 	$(PYTEST) tests/unit -q

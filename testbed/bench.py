@@ -3,9 +3,10 @@ same invocation, written as JSON.
 
 1. Forwarding capacity: one TCP flow (iperf3, 5 s) across a line of 2 unshaped OVS switches,
    at MTU 1500 and 9000; the baseline is the same flow over one veth pair with no switch.
-2. Fabric bring-up and tear-down of the k=4 fat-tree: the testbed (OVS + controller programmed
-   + all-pairs reachability) beside plain Mininet building and starting the same topology
-   (TCLink, OVS userspace datapath, no controller), with the ratio of the two.
+2. Fabric bring-up and tear-down of the k=4 and k=8 fat-trees: the testbed (OVS + controller
+   programmed + every host pair proven reachable) beside plain Mininet building and starting
+   the same topology (TCLink, OVS userspace datapath, no controller, no traffic), with the
+   ratio of the two.
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def direct_capacity(ledger, mtu_bytes: int) -> float:
         net.stop()
 
 
-def testbed_fabric_times(workdir: Path, ledger, log) -> dict:
-    fabric = build("fattree", k=4, host_rate_mbit=100)
+def testbed_fabric_times(workdir: Path, ledger, k: int, log) -> dict:
+    fabric = build("fattree", k=k, host_rate_mbit=100)
     t0 = time.monotonic()
     net = FabricNetwork(fabric, workdir, ledger, log=log)
     with net:
@@ -113,14 +114,14 @@ def plain_mininet_times(ledger, k: int) -> dict:
             "down_s": time.monotonic() - t1}
 
 
-def run_bench(output: str, log=print) -> dict:
+def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print) -> dict:
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
     run_id = new_run_id("bench")
     workdir = Path(output).parent / run_id
     workdir.mkdir(parents=True, exist_ok=True)
-    result: dict = {"run_id": run_id, "forwarding_mbit": {}, "fabric_k4": {}}
+    result: dict = {"run_id": run_id, "forwarding_mbit": {}}
     with machine(run_id, log) as ledger:
         for mtu in (1500, 9000):
             direct = direct_capacity(ledger, mtu)
@@ -130,16 +131,18 @@ def run_bench(output: str, log=print) -> dict:
                 "ratio_vs_baseline": via_ovs / direct}
             log(f"forwarding, MTU {mtu}: {via_ovs:.0f} Mbit/s through 2 OVS switches vs "
                 f"{direct:.0f} Mbit/s direct veth = {via_ovs / direct:.3f}x")
-        plain = plain_mininet_times(ledger)
-        ours = testbed_fabric_times(workdir, ledger, log)
-        result["fabric_k4"] = {"testbed": ours, "plain_mininet": plain,
-                               "up_ratio_vs_plain": ours["up_s"] / plain["up_s"],
-                               "down_ratio_vs_plain": ours["down_s"] / plain["down_s"]}
-        log(f"k=4 fat-tree up: testbed {ours['up_s']:.1f} s (programmed, {ours['reachable_pairs']}/"
-            f"{ours['pairs']} pairs reachable) vs plain Mininet {plain['up_s']:.1f} s (no "
-            f"controller) = {ours['up_s'] / plain['up_s']:.2f}x")
-        log(f"k=4 fat-tree down: testbed {ours['down_s']:.1f} s vs plain Mininet "
-            f"{plain['down_s']:.1f} s = {ours['down_s'] / plain['down_s']:.2f}x")
+        for k in ks:
+            log(f"k={k} fat-tree: plain Mininet, then the testbed")
+            plain = plain_mininet_times(ledger, k)
+            ours = testbed_fabric_times(workdir, ledger, k, log)
+            result[f"fabric_k{k}"] = {"testbed": ours, "plain_mininet": plain,
+                                      "up_ratio_vs_plain": ours["up_s"] / plain["up_s"],
+                                      "down_ratio_vs_plain": ours["down_s"] / plain["down_s"]}
+            log(f"k={k} fat-tree up: testbed {ours['up_s']:.1f} s (programmed, "
+                f"{ours['reachable_pairs']}/{ours['pairs']} pairs reachable) vs plain Mininet "
+                f"{plain['up_s']:.1f} s (no controller) = {ours['up_s'] / plain['up_s']:.2f}x")
+            log(f"k={k} fat-tree down: testbed {ours['down_s']:.1f} s vs plain Mininet "
+                f"{plain['down_s']:.1f} s = {ours['down_s'] / plain['down_s']:.2f}x")
     Path(output).write_text(json.dumps(result, indent=1))
     log(f"wrote {output}")
     return result

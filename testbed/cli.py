@@ -100,7 +100,7 @@ def cmd_clean(args) -> int:
 def cmd_bench(args) -> int:
     from testbed.bench import run_bench
 
-    run_bench(args.output, log=lambda m: print(f"[bench] {m}", flush=True))
+    run_bench(args.output, tuple(args.k or (4, 8)), log=lambda m: print(f"[bench] {m}", flush=True))
     return 0
 
 
@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                    ).set_defaults(func=cmd_clean)
     bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")
     bench.add_argument("--output", default="results/bench.json", help="JSON output path")
+    bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],
+                       help="fat-tree sizes to bring up and down (default: 4 and 8)")
     bench.set_defaults(func=cmd_bench)
     return ap
 

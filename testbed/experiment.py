@@ -24,11 +24,12 @@ from testbed import ovs
 from testbed.capabilities import detect
 from testbed.errors import ConfigError, TestbedError
 from testbed.fabric import FabricNetwork, check_root
-from testbed.fidelity import judge
+from testbed.fidelity import emulator_losses, judge
 from testbed.report import write_results
 from testbed.state import Ledger, RunLock, clean
 from testbed.telemetry import Sampler, link_directions, window_mean, window_rates_mbit
 from testbed.topology import build
+from testbed.topology.limits import check_fits
 from traffic.ring import algbw_gbyte, allreduce_busbw_factor, expected_sum
 
 # Chosen from measurement on a 2-core machine with the OVS userspace datapath (README,
@@ -77,7 +78,7 @@ class RunConfig:
             if name in self.topology_params:
                 raise ConfigError(f"topology.{name}", f"set it as the run's {instead}, not "
                                   "under topology")
-        self.fabric()  # topology parameters are checked by the builder
+        check_fits(self.fabric())  # the builder checks parameters; this, the machine's size
 
     def fabric(self):
         return build(self.topology, **self.topology_params, host_rate_mbit=self.link_rate_mbit,
@@ -190,6 +191,7 @@ def run_allreduce(net: FabricNetwork, config: RunConfig, workdir: Path, log=prin
         f"{config.channels} channels, {config.warmup} warm-up + {config.iters} timed iterations")
     procs = []
     drops_before = net.queue_drops()
+    switches_before = net.switch_counters()
     with Sampler(directions, ovs.vswitchd_pid()) as sampler:
         for rank, host in enumerate(hosts):
             argv = [sys.executable, "-m", "traffic.allreduce", "--rank", str(rank),
@@ -203,7 +205,9 @@ def run_allreduce(net: FabricNetwork, config: RunConfig, workdir: Path, log=prin
             err.close()
         results = collect_ranks(procs, workdir, log)
     queue_drops = net.queue_drops() - drops_before
-    return allreduce_summary(config, net.fabric, results, sampler, directions, queue_drops)
+    switches = {k: v - switches_before[k] for k, v in net.switch_counters().items()}
+    return allreduce_summary(config, net.fabric, results, sampler, directions, queue_drops,
+                             switches)
 
 
 def collect_ranks(procs, workdir: Path, log) -> list[dict]:
@@ -251,7 +255,8 @@ def ecmp_spread(fabric, routing: str, rates_mbit: dict[str, float]) -> dict:
             "spread": bool(jains) and used > len(jains)}
 
 
-def allreduce_summary(config, fabric, results, sampler, directions, queue_drops: int) -> dict:
+def allreduce_summary(config, fabric, results, sampler, directions, queue_drops: int,
+                      switches: dict[str, int]) -> dict:
     world = len(results)
     verified = all(r["verified"] for r in results)
     iters = len(results[0]["times_s"])
@@ -265,15 +270,13 @@ def allreduce_summary(config, fabric, results, sampler, directions, queue_drops:
     end = sampler.since_start_s(max(r["timed_window_monotonic_s"][1] for r in results))
     rates = window_rates_mbit(sampler.series, start, end)
     util = {d.label: rates[d.label] / d.rate_mbit for d in directions}
-    host_names = {h.name for h in fabric.hosts}
-    host_up = [util[d.label] for d in directions if d.src in host_names]
     out_segs = sum(r["tcp_out_segs"] for r in results)
     retrans = sum(r["tcp_retrans_segs"] for r in results)
-    # Retransmits the emulated queues' drops do not explain were lost inside the emulator.
-    unexplained = max(0, retrans - queue_drops)
+    lost = emulator_losses(switches["rx_packets"], switches["tx_packets"],
+                           switches["queue_drops"])
     verdict = judge(window_mean(sampler.series.cpu_busy_fraction, sampler.series, start, end),
                     window_mean(sampler.series.vswitchd_cores, sampler.series, start, end),
-                    max(host_up) if host_up else 0.0, unexplained / max(out_segs, 1))
+                    max(util.values(), default=0.0), lost / max(switches["rx_packets"], 1))
     return {
         "kind": "allreduce", "world": world, "size_bytes": config.size_bytes,
         "verified": verified, "verified_ranks": sum(r["verified"] for r in results),
@@ -282,8 +285,10 @@ def allreduce_summary(config, fabric, results, sampler, directions, queue_drops:
         "busbw_fraction_of_link": busbw_mbit / config.link_rate_mbit,
         "link_rate_mbit": config.link_rate_mbit,
         "link_utilisation": {k: round(v, 4) for k, v in util.items()},
-        "tcp": {"segments_sent": out_segs, "segments_retransmitted": retrans,
-                "queue_drops": queue_drops, "unexplained_retransmits": unexplained},
+        "tcp": {"segments_sent": out_segs, "segments_retransmitted": retrans},
+        "packets": {"queue_drops": queue_drops, "switch_rx": switches["rx_packets"],
+                    "switch_tx": switches["tx_packets"],
+                    "switch_queue_drops": switches["queue_drops"], "emulator_lost": lost},
         "ecmp": ecmp_spread(fabric, config.routing, rates),
         "fidelity": verdict.to_dict(),
         "timed_window_s": [start, end],

@@ -8,8 +8,10 @@ one OVS transaction); ``FabricNetwork`` applies them in as few steps as possible
 - links are veth pairs made over netlink (pyroute2), the host end created directly inside
   the host's namespace, never one ``ip`` process per interface;
 - every host configures its end (address, MTU, offloads, HTB rate, byte buffer) in one
-  command, all hosts in parallel; the switch ends get their tc from one ``tc -batch``;
-- all bridges, ports and controller settings are one ``ovs-vsctl`` transaction.
+  command, all hosts in parallel;
+- all bridges, ports and controller settings are one ``ovs-vsctl`` transaction, and only then
+  do the switch ends get their tc, from one ``tc -batch`` (OVS clears the root qdisc of a
+  port it takes over).
 
 ``FabricNetwork`` is a context manager: everything it creates is written to the run ledger
 before it exists, and leaving the ``with`` block (normally, by exception or by Ctrl-C) tears it
@@ -23,6 +25,7 @@ import json
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +43,25 @@ OVS_TIMEOUT_S = 120
 # deletes them all in a single batched unregister instead of one RCU wait per interface.
 LINK_GROUP = 0x7E57
 PING_WAVE_HOSTS = 16  # hosts probing at once: all-pairs pings must not outrun the datapath
+# Receive buffer of the packet socket OVS's userspace datapath reads each port through: the
+# kernel default (~13 jumbo frames) overflows whenever ovs-vswitchd is descheduled for a few
+# tens of ms on a busy 2-core machine; a switch port's input buffer is larger than that.
+PORT_SOCKET_RCVBUF_BYTES = 4 * 1024 * 1024
+RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
+
+
+@contextmanager
+def socket_rcvbuf_default(nbytes: int):
+    """Raise the default socket receive buffer while OVS opens its ports, then restore it."""
+    with open(RMEM_DEFAULT) as fh:
+        old = fh.read().strip()
+    with open(RMEM_DEFAULT, "w") as fh:
+        fh.write(str(nbytes))
+    try:
+        yield
+    finally:
+        with open(RMEM_DEFAULT, "w") as fh:
+            fh.write(old)
 
 
 # -- plans: pure functions of the description ------------------------------------------------
@@ -196,16 +218,19 @@ class FabricNetwork:
         self._start_hosts()
         self._create_links()
         self._configure_hosts()
-        self._configure_switch_ends()
+        self._disable_switch_offloads()
         self.timings.build_s = time.monotonic() - t0
 
         t0 = time.monotonic()
         datapath_type = "netdev" if self.datapath == "user" else "system"
-        out = subprocess.run(["ovs-vsctl", f"--timeout={OVS_TIMEOUT_S}",
-                              *ovs_transaction(self.fabric, datapath_type, self.controller.port)],
-                             capture_output=True, text=True)
+        with socket_rcvbuf_default(PORT_SOCKET_RCVBUF_BYTES):
+            out = subprocess.run(["ovs-vsctl", f"--timeout={OVS_TIMEOUT_S}",
+                                  *ovs_transaction(self.fabric, datapath_type,
+                                                   self.controller.port)],
+                                 capture_output=True, text=True)
         if out.returncode != 0:
             raise TestbedError(f"ovs-vsctl could not create the switches: {out.stderr.strip()[-300:]}")
+        self._shape_switch_ends()  # after OVS: taking a port over clears its root qdisc
         self.timings.start_s = time.monotonic() - t0
         switches = {s.name for s in self.fabric.switches}
         self.timings.programmed_s = self.controller.wait_programmed(switches)
@@ -259,12 +284,14 @@ class FabricNetwork:
         if failed:
             raise TestbedError(f"host set-up failed on {len(failed)} hosts; first: {failed[0]}")
 
-    def _configure_switch_ends(self) -> None:
-        """Offloads off (one ethtool per port, in parallel) and shaping (one tc batch)."""
-        intfs = self.root_interfaces()
+    def _disable_switch_offloads(self) -> None:
+        """Offloads off on every switch end: one ethtool per port, all in parallel."""
         script = ('for i in "$@"; do ethtool -K "$i" ' + " ".join(OFFLOADS_OFF) +
                   ' >/dev/null 2>&1 & done; wait')
-        subprocess.run(["sh", "-c", script, "sh", *intfs], check=True)
+        subprocess.run(["sh", "-c", script, "sh", *self.root_interfaces()], check=True)
+
+    def _shape_switch_ends(self) -> None:
+        """Rates and buffers on every switch end, from one ``tc -batch``."""
         out = subprocess.run(["tc", "-batch", "-"], input=switch_tc_batch(self.fabric),
                              capture_output=True, text=True)
         if out.returncode != 0:
@@ -299,11 +326,22 @@ class FabricNetwork:
 
     def queue_drops(self) -> int:
         """Packets dropped so far by the emulated egress queues, hosts and switches."""
-        root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
-        total = qdisc_drops(root.stdout)
+        total = self.switch_counters()["queue_drops"]
         for host in self.hosts.values():
             total += qdisc_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"))
         return total
+
+    def switch_counters(self) -> dict[str, int]:
+        """Packets received and sent by all switch ports, and dropped by their egress queues:
+        the inputs of the packet-conservation check (testbed.fidelity.emulator_losses)."""
+        totals = {"rx_packets": 0, "tx_packets": 0}
+        for name in self.root_interfaces():
+            for key in totals:
+                with open(f"/sys/class/net/{name}/statistics/{key}") as fh:
+                    totals[key] += int(fh.read())
+        root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
+        totals["queue_drops"] = qdisc_drops(root.stdout)
+        return totals
 
     # -- tear-down --------------------------------------------------------------------------
     def stop(self) -> None:

@@ -1,26 +1,29 @@
 """Did the emulator keep up? A verdict computed from what a run measured (Mininet-HiFi's rule:
 numbers from a CPU-bound emulator are not to be trusted).
 
-Signals, as means over the timed phase of a run:
+The verdict rests on two signals, as totals or means over the workload:
 - machine CPU: an emulator with no idle CPU left is not keeping time;
-- delivery: in a bandwidth-bound workload the busiest host link must carry close to its
-  configured rate, or the emulator (not the emulated network) was the bottleneck;
-- unexplained retransmissions: TCP retransmits beyond the drops the emulated queues counted
-  mean packets were lost inside the emulator (a switch that could not read its ports fast
-  enough) or timers fired because the emulator stalled.
-ovs-vswitchd's CPU is reported but is no verdict on its own: with the userspace datapath its
-main loop makes a fixed-cost pass over every port per wake-up and stays near one core under any
-load (measured), absorbing more load in bigger batches until it starts dropping, which the
-retransmission signal catches.
+- emulator losses, measured by packet conservation at the switches: every packet a switch
+  port received either left through another port or was dropped by an emulated egress queue;
+  the rest was lost inside the emulator (a switch that could not read its ports fast enough).
+Reported beside them, without deciding: the busiest link's delivered rate against its
+configured rate (a bottleneck well below its rate, with no emulator losses, is the network's
+own congestion dynamics, or a workload that was not bandwidth-bound), TCP retransmissions,
+and ovs-vswitchd's CPU. The last is no signal by itself: with the userspace datapath its main
+loop makes a fixed-cost pass over every port per wake-up and stays near one core under any
+load, absorbing more load in bigger batches until it starts losing packets.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 # Named tolerances.
 MAX_CPU_BUSY_FRACTION = 0.95       # the machine needs idle time left to be keeping up
-MIN_LINK_DELIVERY_FRACTION = 0.85  # busiest host link vs its configured rate
-MAX_RETRANSMIT_FRACTION = 0.01     # unexplained TCP retransmits / segments sent
+# Packets lost inside switches / packets they received. The drop-tail fabrics here drop about
+# 3% of packets at their own queues under a bandwidth-bound ring; emulator losses must stay
+# an order of magnitude below what the emulated network itself does.
+MAX_EMULATOR_LOSS_FRACTION = 0.005
+LOW_DELIVERY_FRACTION = 0.85       # a busiest link below this is worth a note
 
 
 @dataclass(frozen=True)
@@ -30,30 +33,37 @@ class Verdict:
     cpu_busy_fraction: float
     vswitchd_cores: float
     link_delivery_fraction: float
-    retransmit_fraction: float
+    emulator_loss_fraction: float
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def emulator_losses(rx_packets: int, tx_packets: int, queue_drops: int) -> int:
+    """Packets the switches received but neither sent on nor dropped in an emulated queue."""
+    return max(0, rx_packets - tx_packets - queue_drops)
+
+
 def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fraction: float,
-          retransmit_fraction: float, bandwidth_bound: bool = True) -> Verdict:
-    """Trustworthy when the CPU had headroom, TCP saw no losses the emulated network did not
-    cause and, for a bandwidth-bound workload, the busiest host link carried close to its rate."""
+          emulator_loss_fraction: float) -> Verdict:
+    """Trustworthy when the CPU had headroom and the switches lost (almost) nothing."""
     problems = []
     if cpu_busy_fraction > MAX_CPU_BUSY_FRACTION:
         problems.append(f"machine CPU {cpu_busy_fraction:.0%} busy (limit "
                         f"{MAX_CPU_BUSY_FRACTION:.0%}): the emulator was CPU-bound")
-    if bandwidth_bound and link_delivery_fraction < MIN_LINK_DELIVERY_FRACTION:
-        problems.append(f"busiest host link delivered {link_delivery_fraction:.0%} of its "
-                        f"configured rate (need {MIN_LINK_DELIVERY_FRACTION:.0%}): the "
-                        "emulator, not the emulated links, limited the traffic")
-    if retransmit_fraction > MAX_RETRANSMIT_FRACTION:
-        problems.append(f"{retransmit_fraction:.1%} of TCP segments were retransmitted beyond "
-                        f"the emulated queues' drops (limit {MAX_RETRANSMIT_FRACTION:.0%}): the "
-                        "emulator lost packets")
-    reasons = problems or [f"CPU {cpu_busy_fraction:.0%} busy, busiest host link at "
-                           f"{link_delivery_fraction:.0%} of its rate, {retransmit_fraction:.2%} "
-                           f"of TCP segments retransmitted beyond queue drops (ovs-vswitchd {vswitchd_cores:.2f} cores)"]
+    if emulator_loss_fraction > MAX_EMULATOR_LOSS_FRACTION:
+        problems.append(f"the switches lost {emulator_loss_fraction:.2%} of the packets they "
+                        f"received outside any emulated queue (limit "
+                        f"{MAX_EMULATOR_LOSS_FRACTION:.1%}): the emulator could not keep up")
+    notes = []
+    if link_delivery_fraction < LOW_DELIVERY_FRACTION:
+        notes.append(f"the busiest link carried {link_delivery_fraction:.0%} of its rate: "
+                     "congestion in the emulated network or a workload that was not "
+                     "bandwidth-bound" + ("" if problems else " (the emulator lost nothing)"))
+    reasons = problems or [f"CPU {cpu_busy_fraction:.0%} busy, switches lost "
+                           f"{emulator_loss_fraction:.3%} of packets outside emulated queues, "
+                           f"busiest link at {link_delivery_fraction:.0%} of its rate "
+                           f"(ovs-vswitchd {vswitchd_cores:.2f} cores)"]
     return Verdict(not problems, reasons, cpu_busy_fraction, vswitchd_cores,
-                   link_delivery_fraction, retransmit_fraction)
+                   link_delivery_fraction, emulator_loss_fraction, notes)

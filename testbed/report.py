@@ -64,16 +64,19 @@ def plot_utilisation(workload: dict, fabric: Fabric, path: Path) -> Path:
 
     roles = {n.name: n.role for n in fabric.nodes.values()}
     util = workload["link_utilisation"]
-    labels = sorted(util, key=lambda k: (roles[k.split("->")[0]], k))
-    colors = {"host": "tab:blue", "edge": "tab:orange", "aggregation": "tab:green",
-              "core": "tab:red"}
+    order = list(dict.fromkeys(n.role for n in fabric.nodes.values()))  # hosts first
+    labels = sorted(util, key=lambda k: (order.index(roles[k.split("->")[0]]), k))
+    palette = plt.get_cmap("tab10")
+    colors = {role: palette(i % 10) for i, role in enumerate(order)}
     fig, ax = plt.subplots(figsize=(max(9, len(labels) * 0.12), 4.5))
     ax.bar(range(len(labels)), [100 * util[k] for k in labels],
-           color=[colors.get(roles[k.split("->")[0]], "gray") for k in labels])
+           color=[colors[roles[k.split("->")[0]]] for k in labels])
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=90, fontsize=5)
     ax.set_ylabel("utilisation in timed window (%)")
-    ax.set_title("link utilisation by sending tier (blue host, orange edge, green aggregation, red core)")
+    ax.set_title("link utilisation, by the sending node's role")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in order],
+              labels=order, loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -100,6 +103,7 @@ def format_summary(summary: dict) -> str:
                         f"mean Jain index {e['jain_mean']}"),
         ("fidelity", f"{'TRUSTWORTHY' if f['trustworthy'] else 'NOT TRUSTWORTHY'}: "
                      f"{'; '.join(f['reasons'])}"),
+        *(("note", note) for note in f.get("notes", [])),
         ("results", summary["results_dir"]),
     ]
     width = max(len(k) for k, _ in rows)

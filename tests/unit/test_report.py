@@ -16,7 +16,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def make_summary(results_dir: str = "results/run-1", verified: bool = True,
                  trustworthy: bool = True) -> dict:
     """A summary shaped like testbed.experiment.allreduce_summary's, for a 16-rank ring."""
-    reasons = (["CPU 40% busy, busiest host link at 93% of its rate"] if trustworthy
+    reasons = (["CPU 40% busy, busiest link at 93% of its rate"] if trustworthy
                else ["machine CPU 99% busy (limit 95%)", "the emulator lost packets"])
     return {
         "run_id": "run-1",
@@ -54,7 +54,7 @@ def test_format_summary_rows():
         "busbw": "5.13 Mbit/s = 86% of the 6 Mbit/s link rate",
         "link utilisation": f"max 93%, mean over used links {(0.93 + 0.45) / 2:.0%}",
         "ECMP spread": "yes: 30/32 group uplinks carried traffic, mean Jain index 0.97",
-        "fidelity": "TRUSTWORTHY: CPU 40% busy, busiest host link at 93% of its rate",
+        "fidelity": "TRUSTWORTHY: CPU 40% busy, busiest link at 93% of its rate",
         "results": "results/run-1",
     }
 

@@ -1,0 +1,52 @@
+"""Every topology family comes up on real OVS switches with the controller's routes, and
+every host reaches every other (the balanced h=2 dragonfly included: 72 hosts, 36 routers)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from controllers.routing import compute_rules
+from testbed import ovs
+from testbed.fabric import FabricNetwork
+from testbed.topology import build
+
+RATE_MBIT = 6.0
+FAMILIES = {
+    "spineleaf": {"leaves": 4, "spines": 2, "hosts_per_leaf": 4},
+    "clos-3": {"stages": 3, "leaves_per_pod": 4, "spines_per_pod": 2, "hosts_per_leaf": 2},
+    "clos-5": {"stages": 5, "pods": 2, "leaves_per_pod": 2, "spines_per_pod": 2,
+               "superspines_per_plane": 2, "hosts_per_leaf": 2},
+    "dragonfly": {"p": 2, "a": 4, "h": 2},
+    "nvswitch": {"base": "spineleaf", "leaves": 2, "spines": 2, "hosts_per_leaf": 2,
+                 "gpus_per_node": 4},
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_comes_up_with_all_pairs_reachable(family, ledger, tmp_path):
+    fabric = build(family.split("-")[0], host_rate_mbit=RATE_MBIT, **FAMILIES[family])
+    with FabricNetwork(fabric, tmp_path, ledger, log=lambda m: None) as net:
+        n = len(fabric.hosts)
+        assert net.ping_all() == (n * (n - 1), n * (n - 1))
+        for name, rules in compute_rules(fabric).items():
+            groups = re.findall(r"group_id=(\d+),type=select", ovs.dump_groups(name))
+            assert sorted(int(g) for g in groups) == sorted(rules.groups), name
+
+
+def test_switch_to_switch_links_are_shaped(ledger, tmp_path):
+    """Between GPUs of two NVSwitch nodes the only slow links are the nodes' NICs, which are
+    switch-to-switch links: a TCP flow there must run at the NIC rate, not the NVLink rate."""
+    import json
+    import time
+
+    fabric = build("nvswitch", base="spineleaf", leaves=2, spines=2, hosts_per_leaf=2,
+                   gpus_per_node=4, host_rate_mbit=RATE_MBIT)
+    with FabricNetwork(fabric, tmp_path, ledger, log=lambda m: None) as net:
+        server, client = net.host("l1h1g0"), net.host("l0h0g0")
+        server.cmd("iperf3", "-s", "-D", "-1", "-p", "5302")
+        time.sleep(0.3)
+        out = json.loads(client.cmd("iperf3", "-c", fabric.nodes["l1h1g0"].ip, "-p", "5302",
+                                    "-t", "4", "-J"))
+        mbit = out["end"]["sum_received"]["bits_per_second"] / 1e6
+        assert 0.85 * RATE_MBIT <= mbit <= 1.05 * RATE_MBIT

@@ -43,25 +43,32 @@ OVS_TIMEOUT_S = 120
 # deletes them all in a single batched unregister instead of one RCU wait per interface.
 LINK_GROUP = 0x7E57
 PING_WAVE_HOSTS = 16  # hosts probing at once: all-pairs pings must not outrun the datapath
-# Receive buffer of the packet socket OVS's userspace datapath reads each port through: the
+# Buffers of the packet sockets OVS's userspace datapath uses. Receive (one per port): the
 # kernel default (~13 jumbo frames) overflows whenever ovs-vswitchd is descheduled for a few
-# tens of ms on a busy 2-core machine; a switch port's input buffer is larger than that.
-PORT_SOCKET_RCVBUF_BYTES = 4 * 1024 * 1024
-RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
+# tens of ms on a busy 2-core machine. Send (one socket for all ports, opened on the first
+# packet sent): every frame waiting in any port's egress queue is charged to it, so with the
+# default 208 KiB, congested switch queues make the kernel refuse frames before they reach
+# the emulated queue (measured: 3.6% of a dragonfly ring's packets, uncounted anywhere).
+PORT_SOCKET_BUFFER_BYTES = 16 * 1024 * 1024
+SOCKET_DEFAULTS = ("/proc/sys/net/core/rmem_default", "/proc/sys/net/core/wmem_default")
 
 
 @contextmanager
-def socket_rcvbuf_default(nbytes: int):
-    """Raise the default socket receive buffer while OVS opens its ports, then restore it."""
-    with open(RMEM_DEFAULT) as fh:
-        old = fh.read().strip()
-    with open(RMEM_DEFAULT, "w") as fh:
-        fh.write(str(nbytes))
+def socket_buffer_defaults(nbytes: int):
+    """Raise the default socket buffers while OVS opens its sockets, then restore them."""
+    old = {}
+    for path in SOCKET_DEFAULTS:
+        with open(path) as fh:
+            old[path] = fh.read().strip()
     try:
+        for path in SOCKET_DEFAULTS:
+            with open(path, "w") as fh:
+                fh.write(str(nbytes))
         yield
     finally:
-        with open(RMEM_DEFAULT, "w") as fh:
-            fh.write(old)
+        for path, value in old.items():
+            with open(path, "w") as fh:
+                fh.write(value)
 
 
 # -- plans: pure functions of the description ------------------------------------------------
@@ -223,17 +230,24 @@ class FabricNetwork:
 
         t0 = time.monotonic()
         datapath_type = "netdev" if self.datapath == "user" else "system"
-        with socket_rcvbuf_default(PORT_SOCKET_RCVBUF_BYTES):
+        with socket_buffer_defaults(PORT_SOCKET_BUFFER_BYTES):
             out = subprocess.run(["ovs-vsctl", f"--timeout={OVS_TIMEOUT_S}",
                                   *ovs_transaction(self.fabric, datapath_type,
                                                    self.controller.port)],
                                  capture_output=True, text=True)
-        if out.returncode != 0:
-            raise TestbedError(f"ovs-vsctl could not create the switches: {out.stderr.strip()[-300:]}")
-        self._shape_switch_ends()  # after OVS: taking a port over clears its root qdisc
-        self.timings.start_s = time.monotonic() - t0
-        switches = {s.name for s in self.fabric.switches}
-        self.timings.programmed_s = self.controller.wait_programmed(switches)
+            if out.returncode != 0:
+                raise TestbedError("ovs-vsctl could not create the switches: "
+                                   f"{out.stderr.strip()[-300:]}")
+            self._shape_switch_ends()  # after OVS: taking a port over clears its root qdisc
+            self.timings.start_s = time.monotonic() - t0
+            switches = {s.name for s in self.fabric.switches}
+            self.timings.programmed_s = self.controller.wait_programmed(switches)
+            self._first_packet()
+
+    def _first_packet(self) -> None:
+        """One ping across the fabric, so the datapath opens its send socket now."""
+        a, b = self.fabric.hosts[0], self.fabric.hosts[-1]
+        self.hosts[a.name].cmd("ping", "-c1", "-W2", b.ip)
 
     def _start_hosts(self) -> None:
         from mininet.node import Host

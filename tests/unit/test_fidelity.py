@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.fidelity import (LOW_DELIVERY_FRACTION, MAX_CPU_BUSY_FRACTION,
-                              MAX_EMULATOR_LOSS_FRACTION, emulator_losses, judge)
+from testbed.fidelity import (MAX_CPU_BUSY_FRACTION, MAX_EMULATOR_LOSS_FRACTION,
+                              MIN_LINK_DELIVERY_FRACTION, emulator_losses, judge)
 
 STEP = 1e-4  # just across a tolerance
 
@@ -40,16 +40,17 @@ def test_both_problems_are_reported():
     assert not v.trustworthy and len(v.reasons) == 2
 
 
-def test_low_delivery_is_a_note_not_a_verdict():
-    v = judge(**{**GOOD, "link_delivery_fraction": LOW_DELIVERY_FRACTION - STEP})
-    assert v.trustworthy
-    assert len(v.notes) == 1 and "emulator lost nothing" in v.notes[0]
-    assert judge(**{**GOOD, "link_delivery_fraction": LOW_DELIVERY_FRACTION}).notes == []
+@pytest.mark.parametrize(("delivery", "trusted"), [
+    (MIN_LINK_DELIVERY_FRACTION, True), (MIN_LINK_DELIVERY_FRACTION - STEP, False)])
+def test_delivery_limit_for_bandwidth_bound_workloads(delivery, trusted):
+    v = judge(**{**GOOD, "link_delivery_fraction": delivery})
+    assert v.trustworthy is trusted
+    assert trusted or "limited the traffic" in v.reasons[0]
 
 
-def test_low_delivery_with_losses_does_not_claim_the_emulator_lost_nothing():
-    v = judge(**{**GOOD, "link_delivery_fraction": 0.5, "emulator_loss_fraction": 0.1})
-    assert not v.trustworthy and "lost nothing" not in v.notes[0]
+def test_low_delivery_is_only_a_note_when_not_bandwidth_bound():
+    v = judge(**{**GOOD, "link_delivery_fraction": 0.3}, bandwidth_bound=False)
+    assert v.trustworthy and len(v.notes) == 1 and "decides nothing" in v.notes[0]
 
 
 @pytest.mark.parametrize(("rx", "tx", "drops", "lost"), [

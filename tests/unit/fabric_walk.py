@@ -2,6 +2,8 @@
 routing tests of every topology family."""
 from __future__ import annotations
 
+from collections import defaultdict
+
 from controllers.routing import Route, SwitchRules
 from testbed.topology.base import Fabric
 
@@ -57,3 +59,12 @@ class Walker:
                 assert nxt not in path, f"loop: {path} -> {nxt}"
                 stack.append(path + [nxt])
         return paths
+
+
+def ports_by_node(fabric) -> dict[str, list[int]]:
+    """Every port number each node uses, one entry per link end."""
+    ports = defaultdict(list)
+    for link in fabric.links:
+        ports[link.a].append(link.a_port)
+        ports[link.b].append(link.b_port)
+    return ports

@@ -14,6 +14,7 @@ from testbed.topology import BUILDERS, build
 from testbed.topology.base import Fabric, Link, Node, host_address, intf_name
 from testbed.topology.describe import describe, format_description
 from testbed.topology.fattree import AGGREGATION, CORE, EDGE, fat_tree, switch_dpid
+from fabric_walk import ports_by_node
 
 KS = [2, 4, 6, 8, 10, 12]
 LINUX_IFNAMSIZ_CHARS = 15  # IFNAMSIZ (16) minus the terminating NUL
@@ -23,14 +24,6 @@ ROLE_CODES = {EDGE: 1, AGGREGATION: 2, CORE: 3}
 @pytest.fixture(scope="module", params=KS, ids=lambda k: f"k{k}")
 def tree(request) -> tuple[int, Fabric]:
     return request.param, fat_tree(request.param)
-
-
-def ports_by_node(fabric: Fabric) -> dict[str, list[int]]:
-    ports = defaultdict(list)
-    for link in fabric.links:
-        ports[link.a].append(link.a_port)
-        ports[link.b].append(link.b_port)
-    return ports
 
 
 def mac_octets(mac: str) -> list[int]:

@@ -26,6 +26,7 @@ from testbed.topology.fattree import fat_tree
 from testbed.topology.limits import MAX_HOSTS, MAX_VETH_ENDS, check_fits
 from testbed.topology.nvswitch import gpu_address, nvswitch_nodes
 from testbed.topology.spineleaf import spine_leaf
+from fabric_walk import ports_by_node
 
 # (kind, parameters): every family at a few sizes; all must satisfy the common invariants
 ZOO = [
@@ -59,14 +60,6 @@ def zoo_id(entry) -> str:
 def any_fabric(request) -> Fabric:
     kind, params = request.param
     return build(kind, host_rate_mbit=10.0, **params)
-
-
-def ports_by_node(fabric: Fabric) -> dict[str, list[int]]:
-    ports = defaultdict(list)
-    for link in fabric.links:
-        ports[link.a].append(link.a_port)
-        ports[link.b].append(link.b_port)
-    return ports
 
 
 def peers_of(fabric: Fabric) -> dict[str, Counter]:

@@ -94,12 +94,6 @@ def shaping_commands(intf: str, rate_mbit: float | None, mtu_bytes: int) -> list
     ]
 
 
-def queue_command(intf: str, buffer_bytes: int) -> list[str]:
-    """argv that resizes the drop-tail buffer under a port's HTB rate class."""
-    return ["tc", "qdisc", "replace", "dev", intf, "parent", "5:1", "handle", BUFFER_HANDLE,
-            "bfifo", "limit", str(buffer_bytes)]
-
-
 def qdisc_drops(tc_json: str) -> int:
     """Packets dropped by the link buffers in ``tc -s -j qdisc show`` output (the HTB parent
     repeats its children's drops, so only the buffers themselves are counted)."""

@@ -12,7 +12,6 @@ from testbed.fabric import (
     host_script,
     ovs_transaction,
     qdisc_drops,
-    queue_command,
     shaping_commands,
     switch_tc_batch,
 )
@@ -40,13 +39,6 @@ def test_default_buffer_bytes(rate_mbit, mtu_bytes, expected):
 def test_default_buffer_bytes_is_the_larger_of_time_and_frames(rate_mbit, mtu_bytes):
     by_time = int(rate_mbit * 1e6 / 8 * BUFFER_TIME_S)
     assert default_buffer_bytes(rate_mbit, mtu_bytes) == max(MIN_FRAMES * mtu_bytes, by_time)
-
-
-def test_queue_command():
-    assert queue_command("p0e0-eth3", 72_000) == [
-        "tc", "qdisc", "replace", "dev", "p0e0-eth3", "parent", "5:1", "handle", "10:",
-        "bfifo", "limit", "72000"]
-    assert BUFFER_HANDLE == "10:"
 
 
 def tc_entry(kind, handle, drops, **extra) -> dict:

@@ -34,7 +34,7 @@ from testbed.controller import ControllerProcess
 from testbed.errors import TestbedError
 from testbed.state import (Ledger, kill_processes, netns_inode, process_start_ticks,
                            processes_in_netns)
-from testbed.topology.base import Fabric, Link
+from testbed.topology.base import Fabric
 
 BUFFER_HANDLE = "10:"  # the per-port drop-tail buffer's tc handle
 OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
@@ -104,7 +104,7 @@ def qdisc_drops(tc_json: str) -> int:
 def host_script(fabric: Fabric, host: str) -> str:
     """Everything one host does to its end of its link, as a shell script."""
     node = fabric.nodes[host]
-    link, end = host_link(fabric, host)
+    link, end = fabric.host_link(host)
     intf = link.intf(end)
     # Static ARP for every other host (Mininet's --arp): the fabric never floods, and a large
     # fabric's first packets do not all queue at the controller at once.
@@ -125,33 +125,18 @@ def host_script(fabric: Fabric, host: str) -> str:
     return "\n".join(line for line in lines if line) + "\n"
 
 
-def host_link(fabric: Fabric, host: str) -> tuple[Link, int]:
-    """The link a host is cabled with, and which end (0 or 1) is the host's."""
-    for link in fabric.links:
-        if link.a == host:
-            return link, 0
-        if link.b == host:
-            return link, 1
-    raise KeyError(host)
-
-
 def switch_tc_batch(fabric: Fabric) -> str:
     """``tc -batch`` input shaping every switch-side interface (root namespace)."""
-    lines = []
-    for link in fabric.links:
-        for end, node in ((0, link.a), (1, link.b)):
-            if not fabric.nodes[node].is_host:
-                lines += shaping_commands(link.intf(end), link.rate_mbit, fabric.mtu_bytes)
+    lines = [cmd for _, _, intf, link in fabric.switch_ends()
+             for cmd in shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes)]
     return "\n".join(lines) + "\n"
 
 
 def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) -> list[str]:
     """One ``ovs-vsctl`` argument list creating every bridge, port and controller setting."""
     ports: dict[str, list[tuple[int, str]]] = {s.name: [] for s in fabric.switches}
-    for link in fabric.links:
-        for end, node in ((0, link.a), (1, link.b)):
-            if node in ports:
-                ports[node].append(((link.a_port, link.b_port)[end], link.intf(end)))
+    for switch, port, intf, _ in fabric.switch_ends():
+        ports[switch].append((port, intf))
     args: list[str] = []
     for sw in fabric.switches:
         args += ["--", "--if-exists", "del-br", sw.name, "--", "add-br", sw.name,
@@ -272,8 +257,7 @@ class FabricNetwork:
 
     def root_interfaces(self) -> list[str]:
         """Interfaces in the root namespace: the switch ends of every link."""
-        return [link.intf(end) for link in self.fabric.links for end, node in
-                ((0, link.a), (1, link.b)) if not self.fabric.nodes[node].is_host]
+        return [intf for _, _, intf, _ in self.fabric.switch_ends()]
 
     def _configure_hosts(self) -> None:
         """Every host runs its set-up script; all hosts at once. Scripts go through files:

@@ -102,14 +102,29 @@ class Fabric:
                        rate_mbit=link.rate_mbit)
         return g
 
-    def host_attachment(self, host: str) -> tuple[str, int]:
-        """The (switch, port) a host's eth0 is cabled to."""
+    def host_link(self, host: str) -> tuple[Link, int]:
+        """The link a host is cabled with, and which end (0 or 1) is the host's."""
         for link in self.links:
             if link.a == host:
-                return link.b, link.b_port
+                return link, 0
             if link.b == host:
-                return link.a, link.a_port
+                return link, 1
         raise KeyError(host)
+
+    def host_attachment(self, host: str) -> tuple[str, int]:
+        """The (switch, port) a host's eth0 is cabled to."""
+        link, end = self.host_link(host)
+        return (link.b, link.b_port) if end == 0 else (link.a, link.a_port)
+
+    def switch_ends(self) -> list[tuple[str, int, str, Link]]:
+        """(switch, port, interface, link) for every link end on a switch: the interfaces that
+        live in the root namespace."""
+        ends = []
+        for link in self.links:
+            for end, (node, port) in enumerate(((link.a, link.a_port), (link.b, link.b_port))):
+                if not self.nodes[node].is_host:
+                    ends.append((node, port, link.intf(end), link))
+        return ends
 
     def interface_names(self) -> list[str]:
         return [link.intf(end) for link in self.links for end in (0, 1)]

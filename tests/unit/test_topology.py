@@ -376,3 +376,21 @@ def test_build_passes_parameter_errors_through():
     with pytest.raises(ConfigError) as info:
         build("fattree", k=7)
     assert info.value.field == "k"
+
+
+def test_switch_ends_are_every_non_host_link_end_once(tree):
+    _, fabric = tree
+    ends = fabric.switch_ends()
+    assert len(ends) == 2 * len(fabric.links) - len(fabric.hosts)
+    assert len({intf for _, _, intf, _ in ends}) == len(ends)
+    assert all(not fabric.nodes[sw].is_host and intf == f"{sw}-eth{port}"
+               for sw, port, intf, _ in ends)
+
+
+def test_host_link_names_the_hosts_end(tree):
+    _, fabric = tree
+    for host in fabric.hosts:
+        link, end = fabric.host_link(host.name)
+        assert (link.a, link.b)[end] == host.name
+        assert fabric.host_attachment(host.name) == ((link.b, link.b_port) if end == 0
+                                                     else (link.a, link.a_port))

@@ -31,6 +31,13 @@ class ControllerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 20.0) -> int:
+        """Launch the controller and wait until it listens; returns its PID."""
+        pid = self.launch()
+        self.wait_listening(timeout_s)
+        return pid
+
+    def launch(self) -> int:
+        """Start the controller process without waiting for it; returns its PID."""
         if port_in_use(self.port):
             raise TestbedError(f"OpenFlow port {LISTEN_HOST}:{self.port} is already in use; "
                                "stop whatever listens there or run `testbed clean`")
@@ -43,14 +50,16 @@ class ControllerProcess:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()
+        return self.proc.pid
+
+    def wait_listening(self, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not port_in_use(self.port):
             if self.proc.poll() is not None:
                 raise TestbedError(f"controller exited ({self.proc.returncode}); see {self.log_path}")
             if time.monotonic() > deadline:
                 raise TestbedError(f"controller did not listen within {timeout_s:.0f} s; see {self.log_path}")
-            time.sleep(0.1)
-        return self.proc.pid
+            time.sleep(0.05)
 
     def programmed(self) -> set[str]:
         try:

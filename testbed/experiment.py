@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from controllers.routing import MODES, compute_rules
-from testbed import ovs
 from testbed.capabilities import detect
 from testbed.errors import ConfigError, TestbedError
 from testbed.fabric import FabricNetwork, check_root
@@ -151,16 +150,18 @@ def run_experiment(config: RunConfig, log=print) -> dict:
         with FabricNetwork(fabric, workdir, ledger, datapath=datapath, routing=config.routing,
                            log=log) as net:
             t = net.timings
-            log(f"fabric up: build {t.build_s:.1f} s, start {t.start_s:.1f} s; all "
-                f"{len(fabric.switches)} switches programmed by the controller "
-                f"{t.programmed_s:.1f} s after start")
-            summary["groups"] = check_groups(fabric, config.routing)
+            log(f"fabric up: built in {t.build_s:.1f} s; all {len(fabric.switches)} switches "
+                f"programmed by the controller {t.programmed_s:.1f} s later")
+            summary["groups"] = check_groups(net, config.routing)
             t0 = time.monotonic()
             sent, received = net.ping_all()
-            log(f"reachability: {received}/{sent} host pairs ({time.monotonic() - t0:.1f} s)")
-            summary["reachability"] = {"pairs": sent, "reached": received}
+            n = len(fabric.hosts)
+            log(f"reachability: {received}/{sent} probes answered, covering all {n * (n - 1)} "
+                f"ordered host pairs ({time.monotonic() - t0:.1f} s)")
+            summary["reachability"] = {"probes": sent, "answered": received,
+                                       "ordered_pairs": n * (n - 1)}
             if received != sent:
-                raise TestbedError(f"only {received}/{sent} host pairs can reach each other; "
+                raise TestbedError(f"only {received}/{sent} reachability probes were answered; "
                                    f"see {workdir}/controller.log")
             summary["workload"] = run_allreduce(net, config, workdir, log)
         summary["fabric_timings_s"] = asdict(net.timings)
@@ -169,11 +170,11 @@ def run_experiment(config: RunConfig, log=print) -> dict:
     return summary
 
 
-def check_groups(fabric, routing: str) -> dict:
+def check_groups(net: FabricNetwork, routing: str) -> dict:
     """Compare the select groups OVS holds with the ones the controller was to install."""
-    rules = compute_rules(fabric, routing)
+    rules = compute_rules(net.fabric, routing)
     expected = sum(len(r.groups) for r in rules.values())
-    found = sum(ovs.dump_groups(name).count("type=select") for name in rules)
+    found = sum(net.switchd.dump_groups(name).count("type=select") for name in rules)
     if found != expected:
         raise TestbedError(f"OVS holds {found} select groups, the controller should have "
                            f"installed {expected}")
@@ -192,7 +193,7 @@ def run_allreduce(net: FabricNetwork, config: RunConfig, workdir: Path, log=prin
     procs = []
     drops_before = net.queue_drops()
     switches_before = net.switch_counters()
-    with Sampler(directions, ovs.vswitchd_pid()) as sampler:
+    with Sampler(directions, net.switchd.pids) as sampler:
         for rank, host in enumerate(hosts):
             argv = [sys.executable, "-m", "traffic.allreduce", "--rank", str(rank),
                     "--world", str(world), "--next-ip", hosts[(rank + 1) % world].ip,

@@ -9,9 +9,12 @@ one OVS transaction); ``FabricNetwork`` applies them in as few steps as possible
   the host's namespace, never one ``ip`` process per interface;
 - every host configures its end (address, MTU, offloads, HTB rate, byte buffer) in one
   command, all hosts in parallel;
-- all bridges, ports and controller settings are one ``ovs-vsctl`` transaction, and only then
-  do the switch ends get their tc, from one ``tc -batch`` (OVS clears the root qdisc of a
-  port it takes over).
+- the switch ends get their tc from one ``tc -batch``; all bridges, ports and controller
+  settings are one ``ovs-vsctl`` transaction (ports with the ``linux-noop`` QoS, so OVS keeps
+  the qdiscs);
+- with the userspace datapath the switches live in the run's own ovs-vswitchd
+  (testbed.ovs.PrivateSwitchd), so tear-down is stopping two daemons and one netlink request
+  for every interface (veth ends and bridge taps share the run's link group).
 
 ``FabricNetwork`` is a context manager: everything it creates is written to the run ledger
 before it exists, and leaving the ``with`` block (normally, by exception or by Ctrl-C) tears it
@@ -22,17 +25,18 @@ or TCP stalls on unfinished partial checksums; jumbo frames cut the per-packet c
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import ovs
 from testbed.controller import ControllerProcess
 from testbed.errors import TestbedError
-from testbed.state import (Ledger, kill_processes, netns_inode, process_start_ticks,
+from testbed.state import (STATE_DIR, Ledger, kill_processes, netns_inode, process_start_ticks,
                            processes_in_netns)
 from testbed.topology.base import Fabric
 
@@ -42,7 +46,11 @@ OVS_TIMEOUT_S = 120
 # Interface group of every root-namespace veth end a run makes: one netlink request then
 # deletes them all in a single batched unregister instead of one RCU wait per interface.
 LINK_GROUP = 0x7E57
-PING_WAVE_HOSTS = 16  # hosts probing at once: all-pairs pings must not outrun the datapath
+PROBE_RATE_PPS = 4000  # fabric-wide reachability probes per second (see ping_all)
+HOST_START_THREADS = 16
+# Feature names (ethtool -k) that OFFLOADS_OFF turns off: checksums, segmentation, GRO.
+OFFLOAD_FEATURE_PREFIXES = ("tx-checksum", "rx-checksum", "tx-tcp", "tx-udp-segmentation",
+                            "tx-generic-segmentation", "rx-gro")
 # Buffers of the packet sockets OVS's userspace datapath uses. Receive (one per port): the
 # kernel default (~13 jumbo frames) overflows whenever ovs-vswitchd is descheduled for a few
 # tens of ms on a busy 2-core machine. Send (one socket for all ports, opened on the first
@@ -51,27 +59,17 @@ PING_WAVE_HOSTS = 16  # hosts probing at once: all-pairs pings must not outrun t
 # the emulated queue (measured: 3.6% of a dragonfly ring's packets, uncounted anywhere).
 PORT_SOCKET_BUFFER_BYTES = 16 * 1024 * 1024
 SOCKET_DEFAULTS = ("/proc/sys/net/core/rmem_default", "/proc/sys/net/core/wmem_default")
+# Expedited RCU grace periods while the fabric comes up and goes down. Binding and closing a
+# packet socket (one per OVS port) and moving or deleting an interface each wait for an RCU
+# grace period (synchronize_net); normal grace periods cost tens of ms each on these
+# machines, so a k=8 fat-tree's 256 ports cost seconds. Restored before any workload runs.
+FAST_RCU = {"/sys/kernel/rcu_expedited": "1"}
 
 
-@contextmanager
-def socket_buffer_defaults(nbytes: int):
-    """Raise the default socket buffers while OVS opens its sockets, then restore them."""
-    old = {}
-    for path in SOCKET_DEFAULTS:
-        with open(path) as fh:
-            old[path] = fh.read().strip()
-    try:
-        for path in SOCKET_DEFAULTS:
-            with open(path, "w") as fh:
-                fh.write(str(nbytes))
-        yield
-    finally:
-        for path, value in old.items():
-            with open(path, "w") as fh:
-                fh.write(value)
+def socket_buffer_settings(nbytes: int) -> dict[str, str]:
+    """Default socket buffers of ``nbytes``: raised while OVS opens its port sockets."""
+    return {path: str(nbytes) for path in SOCKET_DEFAULTS}
 
-
-# -- plans: pure functions of the description ------------------------------------------------
 
 def default_buffer_bytes(rate_mbit: float, mtu_bytes: int) -> int:
     """Egress buffer of a port: 50 ms at the link rate, and never under 8 full frames."""
@@ -102,27 +100,32 @@ def qdisc_drops(tc_json: str) -> int:
 
 
 def host_script(fabric: Fabric, host: str) -> str:
-    """Everything one host does to its end of its link, as a shell script."""
+    """Everything one host does to its end of its link, as a shell script of three processes
+    (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once."""
     node = fabric.nodes[host]
     link, end = fabric.host_link(host)
     intf = link.intf(end)
     # Static ARP for every other host (Mininet's --arp): the fabric never floods, and a large
     # fabric's first packets do not all queue at the controller at once.
-    neighbours = "\n".join(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
-                           for h in fabric.hosts if h.name != host)
+    ip_batch = [
+        "link set lo up",
+        f"link set dev {intf} address {node.mac} mtu {fabric.mtu_bytes}",
+        f"addr add {node.ip}/8 dev {intf}",
+        f"link set dev {intf} up",
+        *(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
+          for h in fabric.hosts if h.name != host),
+    ]
+    tc_batch = shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes)
     lines = [
         "set -e",
-        "ip link set lo up",
-        f"ip link set dev {intf} address {node.mac}",
-        f"ip addr add {node.ip}/8 dev {intf}",
-        f"ip link set dev {intf} mtu {fabric.mtu_bytes}",
+        # IPv6 off before the link comes up: no DAD or router solicitations on the fabric.
+        "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6",
+        "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+        "ip -batch - <<'EOF'", *ip_batch, "EOF",
         f"ethtool -K {intf} {' '.join(OFFLOADS_OFF)} >/dev/null 2>&1 || true",
-        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-        f"ip link set dev {intf} up",
-        f"ip -batch - <<'EOF'\n{neighbours}\nEOF" if neighbours else "",
-        *(f"tc {cmd}" for cmd in shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes)),
+        *(["tc -batch - <<'EOF'", *tc_batch, "EOF"] if tc_batch else []),
     ]
-    return "\n".join(line for line in lines if line) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def switch_tc_batch(fabric: Fabric) -> str:
@@ -133,11 +136,15 @@ def switch_tc_batch(fabric: Fabric) -> str:
 
 
 def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) -> list[str]:
-    """One ``ovs-vsctl`` argument list creating every bridge, port and controller setting."""
+    """One ``ovs-vsctl`` argument list creating every bridge, port and controller setting.
+
+    Every port gets the ``linux-noop`` QoS: OVS then leaves the port's qdiscs alone. Without
+    it, OVS deletes the root qdisc of each port it takes over, and the shaping could only
+    be applied after OVS had finished, not while the fabric is being built."""
     ports: dict[str, list[tuple[int, str]]] = {s.name: [] for s in fabric.switches}
     for switch, port, intf, _ in fabric.switch_ends():
         ports[switch].append((port, intf))
-    args: list[str] = []
+    args: list[str] = ["--", "--id=@noop", "create", "qos", "type=linux-noop"]
     for sw in fabric.switches:
         args += ["--", "--if-exists", "del-br", sw.name, "--", "add-br", sw.name,
                  "--", "set", "bridge", sw.name, f"datapath_type={datapath_type}",
@@ -146,15 +153,17 @@ def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) ->
                  "other-config:disable-in-band=true",
                  "--", "set-controller", sw.name, f"tcp:127.0.0.1:{controller_port}"]
         for port, intf in sorted(ports[sw.name]):
-            args += ["--", "add-port", sw.name, intf,
+            args += ["--", "add-port", sw.name, intf, "qos=@noop",
                      "--", "set", "interface", intf, f"ofport_request={port}"]
     return args[1:]  # drop the leading "--"
 
 
 @dataclass
 class Timings:
+    """Seconds spent: building (hosts, links, switches, configuration, all overlapped),
+    then waiting until the controller has programmed every switch, and tearing down."""
+
     build_s: float = 0.0
-    start_s: float = 0.0
     programmed_s: float = 0.0
     stop_s: float = 0.0
 
@@ -174,6 +183,8 @@ class FabricNetwork:
         self.log = log
         self.hosts: dict[str, object] = {}  # name -> mininet.node.Host
         self.controller: ControllerProcess | None = None
+        self.switchd: ovs.Switchd = (ovs.PrivateSwitchd(ledger, STATE_DIR / "ovs", log=log)
+                                     if datapath == "user" else ovs.SystemSwitchd(ledger, log))
         self.timings = Timings()
 
     def __enter__(self) -> FabricNetwork:
@@ -188,53 +199,67 @@ class FabricNetwork:
         self.stop()
 
     def _start(self) -> None:
-        if not ovs.is_running():
-            self.ledger.ovs_started = True
-            self.ledger.save()
-            self.log("starting Open vSwitch")
-            ovs.start()
         fabric_json = self.workdir / "fabric.json"
         self.fabric.dump_json(fabric_json)
-        self.ledger.add_names(bridges=[s.name for s in self.fabric.switches],
-                              interfaces=self.fabric.interface_names())
-        self.controller = ControllerProcess(fabric_json, self.workdir, routing=self.routing)
-        self.ledger.add_process(self.controller.start())
+        self.ledger.add_names(interfaces=self.fabric.interface_names())
+        with self.ledger.kernel_settings(FAST_RCU):
+            self.switchd.start(self.workdir, self.bridges)
+            # The controller imports while the hosts and links are made; OVS needs it later.
+            self.controller = ControllerProcess(fabric_json, self.workdir, routing=self.routing)
+            self.ledger.add_process(self.controller.launch())
 
-        t0 = time.monotonic()
-        self._start_hosts()
-        self._create_links()
-        self._configure_hosts()
-        self._disable_switch_offloads()
-        self.timings.build_s = time.monotonic() - t0
-
-        t0 = time.monotonic()
-        datapath_type = "netdev" if self.datapath == "user" else "system"
-        with socket_buffer_defaults(PORT_SOCKET_BUFFER_BYTES):
-            out = subprocess.run(["ovs-vsctl", f"--timeout={OVS_TIMEOUT_S}",
-                                  *ovs_transaction(self.fabric, datapath_type,
-                                                   self.controller.port)],
-                                 capture_output=True, text=True)
-            if out.returncode != 0:
-                raise TestbedError("ovs-vsctl could not create the switches: "
-                                   f"{out.stderr.strip()[-300:]}")
-            self._shape_switch_ends()  # after OVS: taking a port over clears its root qdisc
-            self.timings.start_s = time.monotonic() - t0
-            switches = {s.name for s in self.fabric.switches}
-            self.timings.programmed_s = self.controller.wait_programmed(switches)
-            self._first_packet()
+            t0 = time.monotonic()
+            self._start_hosts()
+            self._create_links()
+            self.controller.wait_listening()
+            with self.ledger.kernel_settings(socket_buffer_settings(PORT_SOCKET_BUFFER_BYTES)):
+                # --no-wait: ovs-vswitchd builds the switches and the controller programs them
+                # while the hosts and ports are configured here; wait_programmed joins them.
+                self.switchd.vsctl(["--no-wait", *ovs_transaction(
+                    self.fabric, self.switchd.datapath_type, self.controller.port)], OVS_TIMEOUT_S)
+                self._configure_hosts()
+                self._disable_switch_offloads()
+                self._shape_switch_ends()
+                self.timings.build_s = time.monotonic() - t0
+                self.timings.programmed_s = self.controller.wait_programmed(set(self.bridges))
+                self._group_bridge_taps()
+                self._first_packet()
 
     def _first_packet(self) -> None:
         """One ping across the fabric, so the datapath opens its send socket now."""
         a, b = self.fabric.hosts[0], self.fabric.hosts[-1]
         self.hosts[a.name].cmd("ping", "-c1", "-W2", b.ip)
 
+    @property
+    def bridges(self) -> list[str]:
+        return [s.name for s in self.fabric.switches]
+
+    def _group_bridge_taps(self) -> None:
+        """Put the bridges' own tap devices (userspace datapath) into the run's link group."""
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for tap in self.switchd.taps():
+                found = ipr.link_lookup(ifname=tap)
+                if found:
+                    ipr.link("set", index=found[0], group=LINK_GROUP)
+
     def _start_hosts(self) -> None:
+        """One Mininet host (a shell in a new network namespace) per fabric host, started
+        by a pool of threads: each start is two round trips to a new shell."""
         from mininet.node import Host
 
-        for node in self.fabric.hosts:
-            host = Host(node.name)
-            self.hosts[node.name] = host
-            self.ledger.processes[host.pid] = process_start_ticks(host.pid)
+        def start(name: str):
+            host = Host(name)
+            self.hosts[name] = host
+            return host
+
+        with ThreadPoolExecutor(HOST_START_THREADS) as pool:
+            futures = [pool.submit(start, node.name) for node in self.fabric.hosts]
+            for future in futures:
+                host = future.result()
+                self.ledger.processes[host.pid] = process_start_ticks(host.pid)
+        for host in self.hosts.values():
             self.ledger.add_netns(host.pid)  # also saves the ledger
 
     def _create_links(self) -> None:
@@ -277,10 +302,20 @@ class FabricNetwork:
             raise TestbedError(f"host set-up failed on {len(failed)} hosts; first: {failed[0]}")
 
     def _disable_switch_offloads(self) -> None:
-        """Offloads off on every switch end: one ethtool per port, all in parallel."""
-        script = ('for i in "$@"; do ethtool -K "$i" ' + " ".join(OFFLOADS_OFF) +
-                  ' >/dev/null 2>&1 & done; wait')
-        subprocess.run(["sh", "-c", script, "sh", *self.root_interfaces()], check=True)
+        """Offloads off on every switch end (what ``ethtool -K`` with OFFLOADS_OFF does), over
+        the ethtool ioctl from this process: about a millisecond per port."""
+        from pyroute2.ethtool import Ethtool
+
+        ethtool = Ethtool()
+        try:
+            for name in self.root_interfaces():
+                features = ethtool.get_features(name)
+                for feature, state in features.features.items():
+                    if feature.startswith(OFFLOAD_FEATURE_PREFIXES):
+                        state.enable = False
+                ethtool.set_features(name, features)
+        finally:
+            ethtool.close()
 
     def _shape_switch_ends(self) -> None:
         """Rates and buffers on every switch end, from one ``tc -batch``."""
@@ -300,20 +335,32 @@ class FabricNetwork:
         return proc
 
     def ping_all(self, timeout_ms: int = 1000, retries: int = 3) -> tuple[int, int]:
-        """Every host pings every other (fping), a wave of hosts at a time; returns
-        (pairs tried, pairs that answered)."""
-        ips = [h.ip for h in self.fabric.hosts]
-        nodes = self.fabric.hosts
+        """Prove every pair of hosts reachable, both ways; returns (probes, answered).
+
+        Each host pings the next half of the host list (cyclically): an answered echo proves
+        the route there and the route back, so n*(n-1)/2 probes, about, cover all n*(n-1)
+        ordered pairs. All hosts probe at once, paced (fping -i) so that the fabric-wide
+        probe rate stays within PROBE_RATE_PPS: above it the userspace datapath, busy with
+        each new flow's first packet, loses probes and fping's retries cost whole seconds."""
+        hosts = self.fabric.hosts
+        ips = [h.ip for h in hosts]
+        reach = len(hosts) // 2
+        interval_ms = max(1, math.ceil(len(hosts) * 1000 / PROBE_RATE_PPS))
+        targets = {}
+        for i, node in enumerate(hosts):
+            targets[node.name] = [ips[(i + d) % len(hosts)] for d in range(1, reach + 1)]
+            if not targets[node.name]:
+                continue
+            self.hosts[node.name].sendCmd(
+                f"fping -a -q -i {interval_ms} -r {retries} -t {timeout_ms} "
+                + " ".join(targets[node.name]))
         sent = received = 0
-        for first in range(0, len(nodes), PING_WAVE_HOSTS):
-            wave = nodes[first:first + PING_WAVE_HOSTS]
-            for node in wave:
-                targets = " ".join(ip for ip in ips if ip != node.ip)
-                self.hosts[node.name].sendCmd(f"fping -a -q -r {retries} -t {timeout_ms} {targets}")
-            for node in wave:
-                out = self.hosts[node.name].waitOutput()
-                sent += len(ips) - 1
-                received += sum(1 for line in out.split() if line in ips)
+        for node in hosts:
+            if not targets[node.name]:
+                continue
+            alive = set(self.hosts[node.name].waitOutput().split())
+            sent += len(targets[node.name])
+            received += len(alive & set(targets[node.name]))
         return sent, received
 
     def queue_drops(self) -> int:
@@ -339,6 +386,11 @@ class FabricNetwork:
     def stop(self) -> None:
         """Remove everything this network created; safe to call at any point of bring-up."""
         t0 = time.monotonic()
+        with self.ledger.kernel_settings(FAST_RCU):
+            self._tear_down()
+        self.timings.stop_s = time.monotonic() - t0
+
+    def _tear_down(self) -> None:
         shells = {h.pid: process_start_ticks(h.pid) for h in self.hosts.values()}
         inodes = {netns_inode(pid) for pid in shells} - {None}
         # Hosts first, with whatever their commands left running: their namespaces then take
@@ -349,21 +401,20 @@ class FabricNetwork:
             host.terminate()
         kill_processes({pid: t for pid, t in shells.items() if t is not None}, self.log)
         self.hosts = {}
+        self.switchd.stop()
         self._delete_root_interfaces()
-        present = set(ovs.list_bridges()) if ovs.is_running() else set()
-        ovs.delete_bridges([s.name for s in self.fabric.switches if s.name in present])
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
-        self.timings.stop_s = time.monotonic() - t0
 
     def _delete_root_interfaces(self) -> None:
-        """Delete the switch ends (and with them their peers): the whole link group in one
-        request when it holds only ours, else one by one."""
+        """Delete the switch ends (and with them their peers) and any bridge taps left by a
+        stopped private ovs-vswitchd: the whole link group in one request when it holds only
+        ours, else one by one."""
         from pyroute2 import IPRoute
         from pyroute2.netlink.exceptions import NetlinkError
 
-        ours = set(self.root_interfaces())
+        ours = set(self.root_interfaces()) | set(self.switchd.taps())
         with IPRoute() as ipr:
             grouped = {link.get_attr("IFLA_IFNAME") for link in ipr.get_links()
                        if link.get_attr("IFLA_GROUP") == LINK_GROUP}

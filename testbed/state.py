@@ -5,16 +5,19 @@ SIGKILLed run never blocks the next one. The ledger (/run/testbed/state.json) is
 *before* each thing is created (names come from the fabric description, PIDs as processes
 start), so ``testbed clean`` or the next run can remove exactly what a killed run left and
 nothing else: processes by PID (checked against their start time, so a reused PID is never
-signalled), OVS bridges by name, interfaces by name, and OVS itself only if the run started it.
+signalled), OVS bridges by name, interfaces by name, OVS itself only if the run started it,
+and kernel settings the run changed for a while, back to their old values.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -48,6 +51,7 @@ class Ledger:
     interfaces: list[str] = field(default_factory=list)
     netns_inodes: list[int] = field(default_factory=list)
     ovs_started: bool = False
+    settings: dict[str, str] = field(default_factory=dict)  # kernel setting path -> value to restore
 
     def save(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -67,6 +71,24 @@ class Ledger:
         inode = netns_inode(pid)
         if inode is not None and inode != netns_inode(os.getpid()) and inode not in self.netns_inodes:
             self.netns_inodes.append(inode)
+            self.save()
+
+    @contextmanager
+    def kernel_settings(self, values: dict[str, str]):
+        """Write kernel settings (/proc/sys or /sys files) for the duration of the block, then
+        put the old values back; the old values are in the ledger meanwhile, so ``clean``
+        restores them after a killed run. Files missing on this kernel are skipped."""
+        present = {path: value for path, value in values.items() if os.path.exists(path)}
+        for path in present:
+            if path not in self.settings:
+                self.settings[path] = Path(path).read_text().strip()
+        self.save()
+        try:
+            for path, value in present.items():
+                Path(path).write_text(value)
+            yield
+        finally:
+            restore_settings({path: self.settings.pop(path) for path in present})
             self.save()
 
     def add_names(self, bridges=(), interfaces=()) -> None:
@@ -168,6 +190,14 @@ def kill_processes(processes: dict[int, int], log=print) -> None:
         log(f"processes that would not die: {sorted(alive)}")
 
 
+def restore_settings(settings: dict[str, str]) -> None:
+    for path, value in settings.items():
+        try:
+            Path(path).write_text(value)
+        except OSError:
+            pass  # the setting went away with what it belonged to
+
+
 def existing_interfaces(names: list[str]) -> list[str]:
     return [n for n in names if os.path.exists(f"/sys/class/net/{n}")]
 
@@ -193,5 +223,7 @@ def clean(ledger: Ledger, log=print) -> dict:
     removed["interfaces"] = len(stale_intfs)
     if ledger.ovs_started:
         ovs.stop()
+    restore_settings(ledger.settings)
+    shutil.rmtree(STATE_DIR / "ovs", ignore_errors=True)  # a private OVS's sockets and database
     Ledger.discard()
     return removed

@@ -62,15 +62,17 @@ def cpu_times() -> tuple[int, int]:
     return total - idle, total
 
 
-def process_cpu_ticks(pid: int | None) -> int:
-    if pid is None:
-        return 0
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            parts = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(parts[11]) + int(parts[12])  # utime + stime
+def process_cpu_ticks(pids: list[int]) -> int:
+    """CPU time (user + system clock ticks) used so far by the processes ``pids``, summed."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                parts = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(parts[11]) + int(parts[12])  # utime + stime
+    return total
 
 
 @dataclass
@@ -86,9 +88,10 @@ class Series:
 class Sampler:
     """Samples counters every ``interval_s`` in a thread until stopped."""
 
-    def __init__(self, directions: list[Direction], vswitchd_pid: int | None, interval_s: float = 0.25):
+    def __init__(self, directions: list[Direction], vswitchd_pids: list[int],
+                 interval_s: float = 0.25):
         self.directions = directions
-        self.vswitchd_pid = vswitchd_pid
+        self.vswitchd_pids = list(vswitchd_pids)
         self.interval_s = interval_s
         self.series = Series(link_bytes={d.label: [] for d in directions})
         self._stop = threading.Event()
@@ -110,7 +113,7 @@ class Sampler:
     def _run(self) -> None:
         s = self.series
         last_busy, last_total = cpu_times()
-        last_vsw = process_cpu_ticks(self.vswitchd_pid)
+        last_vsw = process_cpu_ticks(self.vswitchd_pids)
         last_t = time.monotonic()
         while True:
             now = time.monotonic()
@@ -118,7 +121,7 @@ class Sampler:
             for d in self.directions:
                 s.link_bytes[d.label].append(read_int(d.counter_path))
             busy, total = cpu_times()
-            vsw = process_cpu_ticks(self.vswitchd_pid)
+            vsw = process_cpu_ticks(self.vswitchd_pids)
             dt = max(now - last_t, 1e-6)
             s.cpu_busy_fraction.append((busy - last_busy) / max(total - last_total, 1))
             s.vswitchd_cores.append((vsw - last_vsw) / CLOCK_TICKS_PER_S / dt)

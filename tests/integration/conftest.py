@@ -32,7 +32,8 @@ def ledger():
         yield ledger
 
 
-OURS = re.compile(r"controllers\.launcher|traffic\.allreduce|mnexec|iperf3|mininet:")
+OURS = re.compile(r"controllers\.launcher|traffic\.allreduce|mnexec|iperf3|mininet:|"
+                  r"/run/testbed/ovs/")  # the run's own ovsdb-server and ovs-vswitchd
 
 
 def running_processes():
@@ -52,18 +53,24 @@ def running_processes():
             yield int(entry), cmdline
 
 
+def interfaces_of_type(kind: str) -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show", "type", kind], capture_output=True,
+                         text=True).stdout.strip()
+    return out.splitlines() if out else []
+
+
 def leftovers() -> dict:
-    """What a testbed run could leave behind on this machine."""
-    links = subprocess.run(["ip", "-o", "link", "show", "type", "veth"], capture_output=True,
-                           text=True).stdout.strip()
+    """What a testbed run could leave behind on this machine: veths, tap devices (bridges of
+    a userspace datapath), bridges in the machine's OVS, processes, named namespaces."""
     bridges = subprocess.run(["ovs-vsctl", "--timeout=3", "list-br"], capture_output=True,
                              text=True).stdout.split()
     procs = [pid for pid, cmdline in running_processes() if OURS.search(cmdline)]
-    return {"veths": links.splitlines() if links else [], "bridges": bridges, "processes": procs,
+    return {"veths": interfaces_of_type("veth"), "taps": interfaces_of_type("tun"),
+            "bridges": bridges, "processes": procs,
             "netns": subprocess.run(["ip", "netns", "list"], capture_output=True,
                                     text=True).stdout.split()}
 
 
 def assert_clean():
     left = leftovers()
-    assert left == {"veths": [], "bridges": [], "processes": [], "netns": []}, left
+    assert left == {"veths": [], "taps": [], "bridges": [], "processes": [], "netns": []}, left

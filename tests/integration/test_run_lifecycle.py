@@ -46,7 +46,7 @@ def test_run_writes_results_and_leaves_nothing(tmp_path):
     (run_dir,) = tmp_path.iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["workload"]["verified"] is True
-    assert summary["reachability"] == {"pairs": 240, "reached": 240}
+    assert summary["reachability"] == {"probes": 128, "answered": 128, "ordered_pairs": 240}
     assert set(summary["workload"]["fidelity"]) >= {"trustworthy", "reasons"}
     assert (run_dir / "config.json").exists() and (run_dir / "controller.log").exists()
     assert len(list(run_dir.glob("*.png"))) >= 2
@@ -69,7 +69,7 @@ def test_sigkill_mid_run_is_recovered_by_clean(tmp_path):
     proc.kill()  # only the testbed process: its controller, hosts and ranks are orphaned
     proc.wait()
     left = leftovers()
-    assert left["bridges"] and left["processes"], "a killed run should have left something"
+    assert left["taps"] and left["processes"], "a killed run should have left something"
     out = subprocess.run([*TESTBED, "clean"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "removed what run" in out.stdout

@@ -106,9 +106,14 @@ def test_switch_tc_batch_shapes_every_switch_end_and_no_host_end():
 def test_host_script_configures_the_hosts_own_interface():
     fabric = fat_tree(4, host_rate_mbit=6.0)
     script = host_script(fabric, "p1e0h1")
-    assert "ip addr add 10.1.0.3/8 dev p1e0h1-eth0" in script
-    assert "address 02:00:0a:01:00:03" in script
-    assert "tc qdisc replace dev p1e0h1-eth0 root handle 5: htb" in script
+    lines = script.splitlines()
+    assert "addr add 10.1.0.3/8 dev p1e0h1-eth0" in lines
+    assert "link set dev p1e0h1-eth0 address 02:00:0a:01:00:03 mtu 9000" in lines
+    assert "qdisc replace dev p1e0h1-eth0 root handle 5: htb default 1" in lines
+    assert sum(line.startswith(("ip ", "tc ", "ethtool ")) for line in lines) == 3  # processes
+    # the here-documents close: every "<<'EOF'" has its own EOF line
+    assert script.count("<<'EOF'") == lines.count("EOF") == 2
+    assert sum(line.startswith("neigh replace ") for line in lines) == len(fabric.hosts) - 1
     assert "p1e0-eth" not in script  # never touches the switch side
 
 
@@ -119,6 +124,10 @@ def test_ovs_transaction_creates_each_bridge_once_with_numbered_ports():
     assert args.count("add-br") == len(fabric.switches)
     assert args.count("add-port") == sum(1 for _ in fabric.links for _ in (0, 1)) - len(fabric.hosts)
     i = args.index("p0e0-eth3")  # edge port 3 is its first uplink
-    assert args[i + 1:i + 6] == ["--", "set", "interface", "p0e0-eth3", "ofport_request=3"]
+    assert args[i + 1:i + 7] == ["qos=@noop", "--", "set", "interface", "p0e0-eth3",
+                                 "ofport_request=3"]
+    # one shared linux-noop QoS, so OVS leaves the ports' qdiscs (the shaping) alone
+    assert args[:4] == ["--id=@noop", "create", "qos", "type=linux-noop"]
+    assert args.count("qos=@noop") == args.count("add-port")
     assert "tcp:127.0.0.1:6653" in args and "fail_mode=secure" in args
     assert "other-config:datapath-id=0000000100000000" in args

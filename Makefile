@@ -2,9 +2,13 @@
 VENV ?= .venv
 TESTBED := $(VENV)/bin/testbed
 PYTEST := $(VENV)/bin/python -m pytest
+# The eBPF ECN marker; testbed/qos/ecn_plan.py (BPF_CFLAGS, compile_command) uses the same
+# flags. Debian keeps asm/types.h under the multiarch directory, which -target bpf misses.
+BPF_BUILD ?= build/bpf
+BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch test test-unit test-integration bench doctor clean topo
+.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail test test-unit test-integration bench doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -13,6 +17,12 @@ help:  ## list the targets
 
 install:  ## install packages and the venv (idempotent; root)
 	@bash scripts/install.sh
+
+bpf: $(BPF_BUILD)/ecn_marker.o  ## compile the eBPF ECN marker (clang; no root)
+
+$(BPF_BUILD)/ecn_marker.o: testbed/qos/bpf/ecn_marker.c
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -c $< -o $@
 
 run-fattree: install  ## ring AllReduce on a k=4 fat-tree with ECMP (root)
 	$(TESTBED) run scenarios/fattree-allreduce.yaml
@@ -28,6 +38,9 @@ run-dragonfly: install  ## ring AllReduce on a small balanced dragonfly (root)
 
 run-nvswitch: install  ## ring AllReduce over NVSwitch-like nodes on a spine-leaf (root)
 	$(TESTBED) run scenarios/nvswitch-allreduce.yaml
+
+run-rail: install  ## ring AllReduce over rail-optimised NVSwitch-like nodes (root)
+	$(TESTBED) run scenarios/rail-allreduce.yaml
 
 test: install  ## unit tests, then root integration tests on real namespaces
 	$(PYTEST) tests/unit -q

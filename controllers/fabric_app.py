@@ -1,4 +1,5 @@
-"""os-ken app that programs a known fabric: ECMP select groups, IPv4 routes, proxy ARP.
+"""os-ken app that programs a known fabric: ECMP select groups, IPv4 routes (by destination,
+and by input port where a rail fabric pins each GPU to its NIC), proxy ARP.
 
 The fabric description (the same JSON the network was built from) arrives through the
 TESTBED_FABRIC_JSON environment variable; routes come from controllers.routing. Each switch
@@ -19,11 +20,23 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev
 from os_ken.lib.packet import arp, ethernet, ether_types, packet
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers.routing import ECMP, arp_table, compute_rules
+from controllers.routing import ECMP, Route, SwitchRules, arp_table, compute_rules
 from testbed.topology.base import Fabric
 
 PRIORITY_ARP = 200
-PRIORITY_ROUTE = 100
+PRIORITY_DELIVERY = 120    # to a host of this switch, where port routes exist
+PRIORITY_PORT_ROUTE = 110  # by input port: a GPU's own rail
+PRIORITY_ROUTE = 100       # by destination
+
+
+def route_priority(rules: SwitchRules, route: Route) -> int:
+    """The priority of a route by destination on this switch."""
+    # A node switch's own GPUs must outrank its port routes, or a GPU's packet for a GPU of
+    # the same node would leave on the rail instead of NVLink. Without port routes one priority
+    # serves: destination matches never overlap, and other fabrics' flow tables stay as they were.
+    if rules.port_routes and rules.is_delivery(route):
+        return PRIORITY_DELIVERY
+    return PRIORITY_ROUTE
 
 
 class FabricApp(app_manager.OSKenApp):
@@ -66,11 +79,17 @@ class FabricApp(app_manager.OSKenApp):
             match = parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=route.dst_ip)
             action = (parser.OFPActionGroup(route.group_id) if route.group_id
                       else parser.OFPActionOutput(route.port))
-            self.add_flow(dp, PRIORITY_ROUTE, match, [action])
+            self.add_flow(dp, route_priority(rules, route), match, [action])
+        # IPv4 only, like every route: a GPU's IPv6 or broadcast frames are still dropped,
+        # not carried along its rail, and its ARP requests still reach the controller.
+        for port_route in rules.port_routes:
+            match = parser.OFPMatch(in_port=port_route.in_port, eth_type=ether_types.ETH_TYPE_IP)
+            self.add_flow(dp, PRIORITY_PORT_ROUTE, match,
+                          [parser.OFPActionOutput(port_route.out_port)])
         # No table-miss flow: anything else (IPv6 ND, stray broadcasts) is dropped, not flooded.
         dp.send_msg(parser.OFPBarrierRequest(dp))
-        self.logger.info("programming %s: %d groups, %d routes", rules.name,
-                         len(rules.groups), len(rules.routes))
+        self.logger.info("programming %s: %d groups, %d routes, %d port routes", rules.name,
+                         len(rules.groups), len(rules.routes), len(rules.port_routes))
 
     @staticmethod
     def add_flow(dp, priority, match, actions):

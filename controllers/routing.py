@@ -6,6 +6,15 @@ port); one port is a plain output. Groups are shared: one group per distinct por
 switch. ``mode="single"`` keeps only the lowest-numbered next hop, the static single-path
 baseline ECMP is compared against. Shortest-path next hops strictly decrease the distance to
 the destination, so the forwarding graph is loop-free by construction.
+
+Rail fabrics (testbed.topology.rail) add port routes at every node switch, in both modes: IPv4
+entering on GPU i's port leaves on NIC i's port, so a GPU talks to other nodes over its own
+rail instead of being spread over all of them. Precedence at a switch, highest first, which
+the controller turns into OpenFlow priorities: delivery to a host of this switch (GPUs of one
+node stay on NVLink), then port routes, then routes by destination. Still loop-free: a port
+route only takes traffic fresh from a GPU to its rail leaf, which is one hop from every node
+(a rail that lost a node gets no port routes), so the rail path is one of the shortest paths
+and the routes by destination finish it.
 """
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from testbed.topology.base import Fabric
+from testbed.topology.rail import rail_ports
 
 ECMP, SINGLE = "ecmp", "single"
 MODES = (ECMP, SINGLE)
@@ -28,15 +38,30 @@ class Route:
     group_id: int | None = None
 
 
+@dataclass(frozen=True)
+class PortRoute:
+    """Forward IPv4 traffic entering on ``in_port`` to ``out_port``, unless it is for a host
+    of this switch: a GPU's own rail."""
+
+    in_port: int
+    out_port: int
+
+
 @dataclass
 class SwitchRules:
-    """Everything one switch needs: its groups (id -> bucket ports) and its routes."""
+    """Everything one switch needs: its groups (id -> bucket ports), its routes by destination
+    and by input port, and which host sits on which port."""
 
     name: str
     dpid: int
     groups: dict[int, tuple[int, ...]] = field(default_factory=dict)
     routes: list[Route] = field(default_factory=list)
     host_ports: dict[int, str] = field(default_factory=dict)
+    port_routes: list[PortRoute] = field(default_factory=list)
+
+    def is_delivery(self, route: Route) -> bool:
+        """True for a route to a host cabled to this switch: it outranks the port routes."""
+        return route.group_id is None and route.port in self.host_ports
 
     def group_for(self, ports: tuple[int, ...]) -> int:
         for gid, existing in self.groups.items():
@@ -78,6 +103,9 @@ def compute_rules(fabric: Fabric, mode: str = ECMP) -> dict[str, SwitchRules]:
                 sw.routes.append(Route(host.ip, port=ports[0]))
             else:
                 sw.routes.append(Route(host.ip, group_id=sw.group_for(ports)))
+    for name, nic_by_gpu_port in rail_ports(fabric).items():
+        rules[name].port_routes = [PortRoute(gpu_port, nic_port)
+                                   for gpu_port, nic_port in nic_by_gpu_port.items()]
     return rules
 
 

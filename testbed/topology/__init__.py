@@ -8,10 +8,11 @@ from testbed.topology.dragonfly import dragonfly
 from testbed.topology.fattree import fat_tree
 from testbed.topology.line import line
 from testbed.topology.nvswitch import nvswitch
+from testbed.topology.rail import rail
 from testbed.topology.spineleaf import spine_leaf
 
 BUILDERS = {"fattree": fat_tree, "line": line, "spineleaf": spine_leaf, "clos": clos,
-            "dragonfly": dragonfly, "nvswitch": nvswitch}
+            "dragonfly": dragonfly, "nvswitch": nvswitch, "rail": rail}
 
 __all__ = ["BUILDERS", "Fabric", "Link", "Node", "build"]
 

@@ -11,6 +11,7 @@ import math
 from numbers import Real
 
 from testbed.errors import ConfigError
+from testbed.topology.base import LINUX_IFNAMSIZ_CHARS, Fabric
 
 MAX_COUNT = 100
 # Linux accepts IPv4 on an interface with an MTU of 68 bytes up to a veth's 65535.
@@ -37,3 +38,12 @@ def check_rate(field: str, value) -> float:
 
 def check_mtu(value) -> int:
     return check_count("mtu_bytes", value, MIN_MTU_BYTES, MAX_MTU_BYTES)
+
+
+def check_interface_names(fabric: Fabric, field: str, advice: str) -> None:
+    """Every interface name fits Linux's limit, or a ConfigError on ``field`` naming the
+    longest one and ending in ``advice`` (what to make smaller)."""
+    longest = max(fabric.interface_names(), key=len)
+    if len(longest) > LINUX_IFNAMSIZ_CHARS:
+        raise ConfigError(field, f"interface {longest} has {len(longest)} characters; Linux "
+                          f"allows {LINUX_IFNAMSIZ_CHARS}: {advice}")

@@ -183,8 +183,29 @@ def _nvswitch(params: dict) -> dict:
     return out
 
 
+def _rail(params: dict) -> dict:
+    """Rail-optimised nodes: N*G GPUs, N node switches + G rail leaves + S spines, N*G NVLinks,
+    N*G NICs and G*S leaf-spine links; GPUs of two nodes 2 hops apart over G paths (one per
+    rail leaf; the controller uses the source GPU's own). The halving of an even N by nodes
+    cuts each of those nodes' G NICs, or its G NVLinks if slower."""
+    nodes, gpus, spines = params["nodes"], params["gpus_per_node"], params["spines"]
+    several = nodes > 1
+    out = {"hosts": nodes * gpus, "switches": nodes + gpus + spines,
+           "links": 2 * nodes * gpus + gpus * spines,
+           "switch_links": nodes * gpus + gpus * spines,
+           "max_switch_ports": max(2 * gpus, nodes + spines),
+           "max_switch_hops_between_hosts": 2 if several else 0,
+           "equal_cost_paths": gpus if several else 1,
+           "oversubscription": nodes * params["host_rate_mbit"] / (
+               spines * params["uplink_rate_mbit"])}
+    if nodes % 2 == 0:
+        out["bisection_bandwidth_mbit"] = (nodes / 2 * gpus * params["host_rate_mbit"]
+                                           * min(1.0, params["nvlink_ratio"]))
+    return out
+
+
 _FORMULAS = {"fattree": _fat_tree, "spineleaf": _spine_leaf, "clos": _clos,
-             "dragonfly": _dragonfly, "nvswitch": _nvswitch}
+             "dragonfly": _dragonfly, "nvswitch": _nvswitch, "rail": _rail}
 
 
 # --- text ------------------------------------------------------------------------------------

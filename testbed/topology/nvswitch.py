@@ -18,16 +18,15 @@ high nibble the node's host index + 1, low nibble the GPU index -- and the MAC
 02:00:0a:00:01:23. So G <= 16 and j <= 14, and no GPU ever gets .0 to .15.
 The node switch's DPID is 0x0008_XXXX_YYCC: role code 8, then the base host's octets x, y, c.
 
-Not built here: the rail-optimised layout (GPU i of every node on NIC i, one rail of switches
-per GPU index) needs hosts with several NICs, which the fabric, controller and workloads do not
-support yet; every node here has one NIC shared by its GPUs.
+Every node here has one NIC shared by its GPUs. The rail-optimised layout
+(testbed.topology.rail) builds the same nodes with G NICs each, NIC i on port G+1+i and cabled
+to rail leaf i; GPUs stay single-homed, so no host needs several interfaces.
 """
 from __future__ import annotations
 
 from testbed.errors import ConfigError
-from testbed.topology.base import (HOST, LINUX_IFNAMSIZ_CHARS, NVSWITCH, Fabric, Node,
-                                   host_address, switch_dpid)
-from testbed.topology.checks import check_count, check_mtu, check_rate
+from testbed.topology.base import HOST, NVSWITCH, Fabric, Node, host_address, switch_dpid
+from testbed.topology.checks import check_count, check_interface_names, check_mtu, check_rate
 
 MAX_GPUS = 16          # the GPU index is the low nibble of the address
 MAX_HOST_INDEX = 14    # the node's host index + 1 is the high nibble
@@ -43,6 +42,32 @@ def gpu_address(node_ip: str, gpu: int) -> tuple[str, str]:
     return host_address(x, y, 16 * (index + 1) + gpu)
 
 
+def nic_port(gpus_per_node: int, nic: int = 0) -> int:
+    """The node switch's port for NIC ``nic``: GPUs hold ports 1..G, NICs follow from G+1."""
+    return gpus_per_node + 1 + nic
+
+
+def add_gpu_node(fabric: Fabric, name: str, coords: tuple[int, ...], node_ip: str,
+                 gpus_per_node: int) -> str:
+    """Add the node switch ``{name}nv`` and the GPUs ``{name}g{i}`` of the node that takes the
+    host address ``node_ip`` (10.x.y.c): DPID 0x0008_XXXX_YYCC, GPU addresses from
+    ``gpu_address``, GPU i at coordinates ``coords + (i,)``. Returns the node switch's name."""
+    x, y, c = (int(octet) for octet in node_ip.split(".")[1:])
+    node_switch = fabric.add_node(Node(name + NODE_SUFFIX, NVSWITCH, coords,
+                                       dpid=switch_dpid(NVSWITCH, x, (y << 8) | c))).name
+    for i in range(gpus_per_node):
+        ip, mac = gpu_address(node_ip, i)
+        fabric.add_node(Node(f"{name}{GPU_PREFIX}{i}", HOST, coords + (i,), ip=ip, mac=mac))
+    return node_switch
+
+
+def add_nvlinks(fabric: Fabric, name: str, gpus_per_node: int,
+                nvlink_rate_mbit: float | None) -> None:
+    """Cable GPU i of node ``name`` to port i+1 of its node switch."""
+    for i in range(gpus_per_node):
+        fabric.add_link(f"{name}{GPU_PREFIX}{i}", 0, name + NODE_SUFFIX, i + 1, nvlink_rate_mbit)
+
+
 def nvswitch_nodes(base: Fabric, gpus_per_node: int = 4, nvlink_ratio: float = 18.0) -> Fabric:
     """The base fabric with every host replaced by an NVSwitch node of ``gpus_per_node`` GPUs."""
     check_count("gpus_per_node", gpus_per_node, maximum=MAX_GPUS)
@@ -50,36 +75,26 @@ def nvswitch_nodes(base: Fabric, gpus_per_node: int = 4, nvlink_ratio: float = 1
     fabric = Fabric(kind="nvswitch", mtu_bytes=base.mtu_bytes, params={
         "base": base.kind, **base.params, "gpus_per_node": gpus_per_node,
         "nvlink_ratio": nvlink_ratio, "nodes": len(base.hosts)})
-    nic_port = gpus_per_node + 1
     for node in base.nodes.values():
         if not node.is_host:
             fabric.add_node(node)
             continue
-        octets = [int(o) for o in node.ip.split(".")]
-        if not 0 <= octets[3] - 2 <= MAX_HOST_INDEX:
-            raise ConfigError("base", f"host {node.name} ({node.ip}) is host {octets[3] - 2} of "
+        index = int(node.ip.split(".")[3]) - 2
+        if not 0 <= index <= MAX_HOST_INDEX:
+            raise ConfigError("base", f"host {node.name} ({node.ip}) is host {index} of "
                               f"its switch; GPU addresses allow 0..{MAX_HOST_INDEX}")
-        fabric.add_node(Node(node.name + NODE_SUFFIX, NVSWITCH, node.coords,
-                             dpid=switch_dpid(NVSWITCH, octets[1], (octets[2] << 8) | octets[3])))
-        for i in range(gpus_per_node):
-            ip, mac = gpu_address(node.ip, i)
-            fabric.add_node(Node(f"{node.name}{GPU_PREFIX}{i}", HOST, node.coords + (i,),
-                                 ip=ip, mac=mac))
+        add_gpu_node(fabric, node.name, node.coords, node.ip, gpus_per_node)
     for link in base.links:
         a, b = base.nodes[link.a], base.nodes[link.b]
         if not (a.is_host or b.is_host):
             fabric.links.append(link)
             continue
         host, switch, port = (a, link.b, link.b_port) if a.is_host else (b, link.a, link.a_port)
-        node_switch = host.name + NODE_SUFFIX
-        fabric.add_link(node_switch, nic_port, switch, port, link.rate_mbit)
+        fabric.add_link(host.name + NODE_SUFFIX, nic_port(gpus_per_node), switch, port,
+                        link.rate_mbit)
         nvlink = None if link.rate_mbit is None else nvlink_ratio * link.rate_mbit
-        for i in range(gpus_per_node):
-            fabric.add_link(f"{host.name}{GPU_PREFIX}{i}", 0, node_switch, i + 1, nvlink)
-    longest = max(fabric.interface_names(), key=len)
-    if len(longest) > LINUX_IFNAMSIZ_CHARS:
-        raise ConfigError("base", f"interface {longest} has {len(longest)} characters; Linux "
-                          f"allows {LINUX_IFNAMSIZ_CHARS}: use a smaller base fabric")
+        add_nvlinks(fabric, host.name, gpus_per_node, nvlink)
+    check_interface_names(fabric, "base", "use a smaller base fabric")
     return fabric
 
 

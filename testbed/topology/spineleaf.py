@@ -20,6 +20,8 @@ from __future__ import annotations
 from testbed.topology.base import HOST, LEAF, SPINE, Fabric, Node, host_address, switch_dpid
 from testbed.topology.checks import check_count, check_mtu, check_rate
 
+TIER_LETTERS = {LEAF: "l", SPINE: "s"}
+
 
 def spine_leaf(leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4,
                host_rate_mbit: float = 100.0, uplink_rate_mbit: float | None = None,
@@ -58,19 +60,29 @@ def add_leaf_spine_pod(fabric: Fabric, leaves: int, spines: int, hosts_per_leaf:
     """
     prefix, at = ("", ()) if pod is None else (f"p{pod}", (pod,))
     high = 0 if pod is None else pod
-    spine_names = [fabric.add_node(Node(f"{prefix}s{j}", SPINE, at + (j,),
-                                        dpid=switch_dpid(SPINE, high, j))).name
-                   for j in range(spines)]
+    spine_names = [fabric.add_node(tier_switch(SPINE, j, pod)).name for j in range(spines)]
     leaf_names = []
     for i in range(leaves):
-        leaf = fabric.add_node(Node(f"{prefix}l{i}", LEAF, at + (i,),
-                                    dpid=switch_dpid(LEAF, high, i)))
+        leaf = fabric.add_node(tier_switch(LEAF, i, pod))
         leaf_names.append(leaf.name)
         for n in range(hosts_per_leaf):
             ip, mac = host_address(high, i, n + 2)
             host = fabric.add_node(Node(f"{leaf.name}h{n}", HOST, at + (i, n), ip=ip, mac=mac))
             fabric.add_link(host.name, 0, leaf.name, n + 1, host_rate_mbit)
+    cable_leaves_to_spines(fabric, leaf_names, spine_names, hosts_per_leaf + 1, uplink_rate_mbit)
+    return leaf_names, spine_names
+
+
+def tier_switch(role: str, index: int, pod: int | None = None) -> Node:
+    """Leaf ``l{i}`` or spine ``s{j}`` (``p{P}l{i}`` in pod P); DPID 0x00RR_PPPP_IIII."""
+    prefix, at = ("", ()) if pod is None else (f"p{pod}", (pod,))
+    return Node(f"{prefix}{TIER_LETTERS[role]}{index}", role, at + (index,),
+                dpid=switch_dpid(role, 0 if pod is None else pod, index))
+
+
+def cable_leaves_to_spines(fabric: Fabric, leaf_names: list[str], spine_names: list[str],
+                           first_uplink_port: int, uplink_rate_mbit: float) -> None:
+    """Every leaf to every spine: leaf i's port first_uplink_port+j to spine j's port 1+i."""
     for i, leaf in enumerate(leaf_names):
         for j, spine in enumerate(spine_names):
-            fabric.add_link(leaf, hosts_per_leaf + 1 + j, spine, 1 + i, uplink_rate_mbit)
-    return leaf_names, spine_names
+            fabric.add_link(leaf, first_uplink_port + j, spine, 1 + i, uplink_rate_mbit)

@@ -19,7 +19,10 @@ FAMILIES = {
     "dragonfly": {"p": 2, "a": 4, "h": 2},
     "nvswitch": {"base": "spineleaf", "leaves": 2, "spines": 2, "hosts_per_leaf": 2,
                  "gpus_per_node": 4},
+    "rail": {"nodes": 3, "gpus_per_node": 4, "spines": 2},
 }
+RAIL_PINGS = 20
+STRAY_PACKETS_MAX = 5  # other NICs' transmissions during the pings (not the pings: 20 each)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -49,3 +52,26 @@ def test_switch_to_switch_links_are_shaped(ledger, tmp_path):
                                     "-t", "4", "-J"))
         mbit = out["end"]["sum_received"]["bits_per_second"] / 1e6
         assert 0.85 * RATE_MBIT <= mbit <= 1.05 * RATE_MBIT
+
+
+def test_rail_gpu_traffic_leaves_on_its_own_nic(ledger, tmp_path):
+    """Rail-optimised nodes: GPU i's packets for another node go out on NIC i (rail leaf i),
+    whatever the destination GPU, counted at the node switch's NIC ports."""
+    fabric = build("rail", nodes=2, gpus_per_node=4, spines=2, host_rate_mbit=RATE_MBIT)
+    gpus = 4
+    nic_intfs = [f"n0nv-eth{gpus + 1 + i}" for i in range(gpus)]  # NIC i is port G+1+i
+
+    def nic_tx_packets():
+        return [int(open(f"/sys/class/net/{intf}/statistics/tx_packets").read())
+                for intf in nic_intfs]
+
+    with FabricNetwork(fabric, tmp_path, ledger, log=lambda m: None) as net:
+        for src, dst in [(2, 2), (1, 3)]:
+            before = nic_tx_packets()
+            out = net.host(f"n0g{src}").cmd("ping", "-c", str(RAIL_PINGS), "-i", "0.05", "-q",
+                                           fabric.nodes[f"n1g{dst}"].ip)
+            assert f"{RAIL_PINGS} received" in out, out
+            sent = [after - b for after, b in zip(nic_tx_packets(), before)]
+            assert sent[src] >= RAIL_PINGS, (src, dst, sent)
+            assert all(n <= STRAY_PACKETS_MAX for i, n in enumerate(sent) if i != src), \
+                (src, dst, sent)

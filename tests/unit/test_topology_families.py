@@ -1,4 +1,4 @@
-"""Spine-leaf, Clos, dragonfly and NVSwitch-node fabrics checked against their published
+"""Spine-leaf, Clos, dragonfly, NVSwitch-node and rail fabrics checked against their published
 formulas (see each module's docstring and /work/shared/ANCHORS.md), against the naming and
 addressing rules every layer relies on, and against the controller's route computation.
 Pure: nothing here touches the machine except drawing PNGs into a temporary folder."""
@@ -48,6 +48,9 @@ ZOO = [
     ("nvswitch", {"base": "dragonfly", "p": 1, "a": 2, "h": 1, "gpus_per_node": 8}),
     ("nvswitch", {"base": "clos", "gpus_per_node": 2}),
     ("nvswitch", {"base": "line", "gpus_per_node": 3}),
+    ("rail", {}),
+    ("rail", {"nodes": 3, "gpus_per_node": 8, "spines": 1}),
+    ("rail", {"nodes": 1, "gpus_per_node": 1, "spines": 1}),
 ]
 
 
@@ -568,7 +571,7 @@ def test_check_fits_rejects_a_k16_fat_tree_with_the_estimate():
 
 def test_check_fits_accepts_the_measured_k8_fat_tree_and_the_families_defaults():
     check_fits(fat_tree(8))  # 128 hosts, 768 interfaces: measured to work
-    for kind in ("spineleaf", "clos", "dragonfly", "nvswitch"):
+    for kind in ("spineleaf", "clos", "dragonfly", "nvswitch", "rail"):
         check_fits(build(kind))
     assert (MAX_HOSTS, MAX_VETH_ENDS) == (256, 2000)
 
@@ -703,10 +706,11 @@ def test_nvswitch_config_errors(params, field):
 
 
 def test_every_family_is_registered_and_takes_the_run_layers_arguments():
-    assert set(BUILDERS) == {"fattree", "line", "spineleaf", "clos", "dragonfly", "nvswitch"}
-    for kind in ("fattree", "spineleaf", "clos", "dragonfly", "nvswitch"):
+    assert set(BUILDERS) == {"fattree", "line", "spineleaf", "clos", "dragonfly", "nvswitch",
+                             "rail"}
+    for kind in ("fattree", "spineleaf", "clos", "dragonfly", "nvswitch", "rail"):
         fabric = build(kind, host_rate_mbit=7.5, mtu_bytes=1500)
         assert fabric.mtu_bytes == 1500
         host_links = [link for link in fabric.links if fabric.nodes[link.a].is_host]
-        assert {link.rate_mbit for link in host_links} == ({7.5 * 18} if kind == "nvswitch"
-                                                           else {7.5})
+        nvlink = kind in ("nvswitch", "rail")  # GPUs sit on NVLink, the NICs get the host rate
+        assert {link.rate_mbit for link in host_links} == ({7.5 * 18} if nvlink else {7.5})

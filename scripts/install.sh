@@ -15,6 +15,11 @@ APT_PACKAGES=(
   openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 tcpdump tshark
   clang llvm libbpf-dev python3-venv python3-pip procps fping
 )
+# bpftool writes and reads the eBPF ECN marker's pinned maps. Debian packages it on its own;
+# Ubuntu only per kernel release (linux-tools-<release>), so there it is not installed here.
+if grep -qx 'ID=debian' /etc/os-release 2>/dev/null; then
+  APT_PACKAGES+=(bpftool)
+fi
 
 say() { printf '[install] %s\n' "$*"; }
 

@@ -1,0 +1,340 @@
+"""Plans that put ECN marking on a switch egress port: argument lists and map contents,
+computed here, run as root by the fabric layer.
+
+Two paths, chosen from the capabilities report (``testbed.capabilities``):
+
+- ``red-qdisc``, where the kernel has sch_red: a RED qdisc with ``ecn`` takes the place of
+  the port's bfifo under its HTB class. Linux RED marks on an average queue, whose weight
+  2^-Wlog tc derives from ``burst``; the smallest burst tc accepts is used, so the average
+  follows the queue closely, but it is not the instantaneous queue (see ``red_parameters``).
+- ``ebpf`` otherwise: ``bpf/ecn_marker.c`` as a clsact egress classifier keeps a virtual
+  copy of the port's FIFO and marks on its instantaneous backlog. Attach with tc, then
+  write the port's config entry (and zeroed state) into the pinned maps with bpftool:
+
+    tc qdisc replace dev IF clsact
+    tc filter replace dev IF egress prio 1 handle 1 bpf da obj build/bpf/ecn_marker.o \\
+        sec classifier
+    bpftool map update pinned /sys/fs/bpf/tc/globals/ecn_config key hex <ifindex> \\
+        value hex <MarkerConfig bytes>
+
+  The first attach creates and pins the maps; later attaches reuse them, so every port
+  shares them, keyed by ifindex (root namespace only). Pins outlive the programs: remove
+  ``pinned_map_paths()`` after the last port is detached, or a later run inherits them.
+
+OVS takes over a port by clearing its qdiscs, so either plan is applied after the port
+joins its bridge, as the HTB shaping already is.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple, dataclass
+from pathlib import Path, PurePosixPath
+
+from testbed.capabilities import Platform
+from testbed.errors import ConfigError, TestbedError
+from testbed.qos.profiles import (
+    U32_MAX,
+    EcnProfile,
+    QueueConfig,
+    RedEcn,
+    StepEcn,
+    drained_bytes,
+)
+from testbed.topology.checks import check_count, check_mtu, check_rate
+
+ECN_PATH_RED = "red-qdisc"  # the values of testbed.capabilities.Paths.ecn_marking
+ECN_PATH_EBPF = "ebpf"
+ECN_PATHS = (ECN_PATH_RED, ECN_PATH_EBPF)
+
+# Where testbed.fabric.shaping_commands puts a port's buffer: HTB class 5:1, child 10:.
+HTB_CLASS = "5:1"
+BUFFER_HANDLE = "10:"
+
+BPF_SOURCE = Path(__file__).resolve().parent / "bpf" / "ecn_marker.c"
+BPF_OBJECT = Path(__file__).resolve().parents[2] / "build" / "bpf" / "ecn_marker.o"
+BPF_SECTION = "classifier"
+# Kept equal to the Makefile's ``bpf`` target (a unit test compares them). Debian keeps
+# asm/types.h under the multiarch directory, which clang -target bpf does not search.
+BPF_CFLAGS = ("-O2", "-g", "-Wall", "-target", "bpf",
+              f"-I/usr/include/{os.uname().machine}-linux-gnu")
+FILTER_PRIO = "1"
+FILTER_HANDLE = "1"
+# tc pins the maps of programs it loads under <bpffs>/tc/globals.
+PIN_DIR = PurePosixPath("/sys/fs/bpf/tc/globals")
+
+MODE_OFF, MODE_STEP, MODE_RED = 0, 1, 2  # ECN_MODE_* in ecn_marker.c
+# drained_bytes in ecn_marker.c multiplies the rate by up to 1e9 ns in 64 bits.
+MAX_RATE_BYTES_PER_S = U32_MAX
+
+# Map value layouts, field by field as the C structs declare them (no implicit padding, so
+# "=" (native order, standard sizes, unaligned) matches the compiler's layout).
+Layout = tuple[tuple[str, str], ...]
+CONFIG_LAYOUT: Layout = (("rate_bytes_per_s", "Q"), ("limit_bytes", "I"), ("mode", "I"),
+                         ("k_bytes", "I"), ("kmin_bytes", "I"), ("kmax_bytes", "I"),
+                         ("pmax", "I"))
+STATE_LAYOUT: Layout = (("lock", "I"), ("pad", "I"), ("queue_bytes", "Q"), ("last_ns", "Q"))
+COUNTERS_LAYOUT: Layout = tuple((name, "Q") for name in (
+    "packets", "bytes", "ect_packets", "ce_marks", "ce_arrived", "not_ect_over",
+    "fifo_drops", "max_queue_bytes"))
+QDEPTH_LAYOUT: Layout = (("queue_bytes", "Q"), ("time_ns", "Q"))
+# Map name -> value layout; each map's value is the C struct of the same name.
+MAPS: dict[str, Layout] = {
+    "ecn_config": CONFIG_LAYOUT,
+    "ecn_state": STATE_LAYOUT,
+    "ecn_counters": COUNTERS_LAYOUT,
+    "ecn_qdepth": QDEPTH_LAYOUT,
+}
+KEY_STRUCT = struct.Struct("=I")  # ifindex
+
+
+def layout_struct(layout: Layout) -> struct.Struct:
+    return struct.Struct("=" + "".join(code for _, code in layout))
+
+
+def pack_value(layout: Layout, values: Mapping[str, int]) -> bytes:
+    """A map value from field values; fields not given are zero."""
+    unknown = set(values) - {name for name, _ in layout}
+    if unknown:
+        raise ValueError(f"fields not in the layout: {sorted(unknown)}")
+    return layout_struct(layout).pack(*(values.get(name, 0) for name, _ in layout))
+
+
+def unpack_value(layout: Layout, data: bytes) -> dict[str, int]:
+    return dict(zip((name for name, _ in layout), layout_struct(layout).unpack(data)))
+
+
+# --- the marker's per-port config -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkerConfig:
+    """One port's ``struct ecn_config`` (fields in its order)."""
+
+    rate_bytes_per_s: int
+    limit_bytes: int
+    mode: int
+    k_bytes: int = 0
+    kmin_bytes: int = 0
+    kmax_bytes: int = 0
+    pmax: int = 0  # probability at kmax, as pmax / 2^32
+
+    def pack(self) -> bytes:
+        return layout_struct(CONFIG_LAYOUT).pack(*astuple(self))
+
+
+def pmax_to_u32(pmax: float) -> int:
+    """A probability as the marker's 32-bit fraction (pmax / 2^32; 1.0 is 2^32 - 1)."""
+    return min(round(pmax * 2**32), U32_MAX)
+
+
+def rate_bytes_per_s(rate_mbit: float) -> int:
+    """The HTB class rate in bytes/s, as tc's ``{rate_mbit}mbit`` sets it."""
+    check_rate("rate_mbit", rate_mbit)
+    rate = round(rate_mbit * 1e6 / 8)
+    if not 1 <= rate <= MAX_RATE_BYTES_PER_S:
+        raise ConfigError("rate_mbit", f"{rate_mbit} is outside what the eBPF marker handles "
+                                       f"(1 B/s to {MAX_RATE_BYTES_PER_S * 8 / 1e6:.0f} Mbit/s)")
+    return rate
+
+
+def marker_config(rate_mbit: float, queue: QueueConfig) -> MarkerConfig:
+    """The marker's config for a port shaped to ``rate_mbit`` with ``queue``; a queue
+    without ECN gets MODE_OFF (the marker then only counts and samples)."""
+    common = {"rate_bytes_per_s": rate_bytes_per_s(rate_mbit), "limit_bytes": queue.buffer_bytes}
+    ecn = queue.ecn
+    if isinstance(ecn, StepEcn):
+        return MarkerConfig(mode=MODE_STEP, k_bytes=ecn.k_bytes, **common)
+    if isinstance(ecn, RedEcn):
+        return MarkerConfig(mode=MODE_RED, kmin_bytes=ecn.kmin_bytes, kmax_bytes=ecn.kmax_bytes,
+                            pmax=pmax_to_u32(ecn.pmax), **common)
+    return MarkerConfig(mode=MODE_OFF, **common)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def compile_command(source: Path = BPF_SOURCE, output: Path = BPF_OBJECT) -> list[str]:
+    """clang compiling the marker (as ``make bpf`` does)."""
+    return ["clang", *BPF_CFLAGS, "-c", str(source), "-o", str(output)]
+
+
+def ebpf_attach_commands(intf: str, obj: Path = BPF_OBJECT) -> list[list[str]]:
+    """tc commands attaching the marker to ``intf``'s egress (idempotent)."""
+    return [
+        ["tc", "qdisc", "replace", "dev", intf, "clsact"],
+        ["tc", "filter", "replace", "dev", intf, "egress", "prio", FILTER_PRIO,
+         "handle", FILTER_HANDLE, "bpf", "da", "obj", str(obj), "sec", BPF_SECTION],
+    ]
+
+
+def ebpf_detach_commands(intf: str) -> list[list[str]]:
+    """tc commands removing what ``ebpf_attach_commands`` added."""
+    return [["tc", "qdisc", "del", "dev", intf, "clsact"]]
+
+
+def pinned_map_path(map_name: str) -> PurePosixPath:
+    if map_name not in MAPS:
+        raise ValueError(f"no map {map_name!r}; the marker has {', '.join(MAPS)}")
+    return PIN_DIR / map_name
+
+
+def pinned_map_paths() -> list[PurePosixPath]:
+    return [pinned_map_path(name) for name in MAPS]
+
+
+def _hex(data: bytes) -> list[str]:
+    return [f"{byte:02x}" for byte in data]
+
+
+def map_update_command(map_name: str, ifindex: int, value: bytes) -> list[str]:
+    """bpftool writing ``value`` for ``ifindex`` into a pinned map."""
+    check_count("ifindex", ifindex, 1, U32_MAX)
+    return ["bpftool", "map", "update", "pinned", str(pinned_map_path(map_name)),
+            "key", "hex", *_hex(KEY_STRUCT.pack(ifindex)), "value", "hex", *_hex(value)]
+
+
+def ebpf_config_commands(ifindex: int, config: MarkerConfig) -> list[list[str]]:
+    """bpftool commands giving port ``ifindex`` a fresh virtual queue, zero counters and
+    ``config``; the config goes last, since the marker ignores ports without one."""
+    zeroed = [map_update_command(name, ifindex, pack_value(layout, {}))
+              for name, layout in MAPS.items() if name != "ecn_config"]
+    return zeroed + [map_update_command("ecn_config", ifindex, config.pack())]
+
+
+def map_dump_command(map_name: str) -> list[str]:
+    """bpftool printing a pinned map as JSON (see ``parse_map_dump``)."""
+    return ["bpftool", "-j", "map", "dump", "pinned", str(pinned_map_path(map_name))]
+
+
+def parse_map_dump(map_name: str, text: str) -> dict[int, dict[str, int]]:
+    """``bpftool -j map dump`` output of one of the marker's maps -> {ifindex: fields}.
+    Reads the raw key and value bytes, so it needs no BTF in bpftool's output."""
+    layout = MAPS[map_name]
+    entries = {}
+    for entry in json.loads(text or "[]"):
+        key = bytes(int(byte, 16) for byte in entry["key"])
+        value = bytes(int(byte, 16) for byte in entry["value"])
+        (ifindex,) = KEY_STRUCT.unpack(key)
+        entries[ifindex] = unpack_value(layout, value)
+    return entries
+
+
+def queue_bytes_at(sample: Mapping[str, int], rate_bytes_per_s: int, now_ns: int) -> int:
+    """A port's virtual backlog at ``now_ns`` (CLOCK_MONOTONIC, ``time.monotonic_ns()``)
+    from its latest ``ecn_qdepth`` sample: drained since, with no arrivals."""
+    elapsed = max(0, now_ns - sample["time_ns"])
+    return max(0, sample["queue_bytes"] - drained_bytes(rate_bytes_per_s, elapsed))
+
+
+def batch_input(commands: Iterable[Sequence[str]], program: str) -> str:
+    """Commands of one ``program`` as ``tc -batch -`` / ``bpftool batch file -`` input.
+    Batch lines are split on blanks, so no argument may contain one (or a quote)."""
+    lines = []
+    for argv in commands:
+        if not argv or argv[0] != program:
+            raise ValueError(f"not a {program} command: {argv!r}")
+        for arg in argv[1:]:
+            if not arg or any(ch.isspace() or ch in "\"'#\\" for ch in arg):
+                raise ValueError(f"argument {arg!r} cannot go in a batch line")
+        lines.append(" ".join(argv[1:]))
+    return "\n".join(lines) + "\n"
+
+
+# --- the standard path: RED qdisc -------------------------------------------------------------
+
+
+def red_ewma_log(qmin_bytes: int, burst: int, avpkt_bytes: int) -> int | None:
+    """Wlog that tc derives for RED's average (weight 2^-Wlog), or None where tc refuses:
+    the smallest Wlog with burst + 1 - qmin/avpkt <= (1 - (1 - W)^burst) / W (iproute2
+    tc/tc_red.c, tc_red_eval_ewma)."""
+    a = burst + 1 - qmin_bytes / avpkt_bytes
+    if a < 1.0:
+        return None
+    weight = 0.5
+    for wlog in range(1, 32):
+        if a <= (1 - (1 - weight) ** burst) / weight:
+            return wlog
+        weight /= 2
+    return None
+
+
+@dataclass(frozen=True)
+class RedParameters:
+    """Arguments of a ``tc ... red`` qdisc for an ECN profile."""
+
+    min_bytes: int
+    max_bytes: int
+    probability: float
+    avpkt_bytes: int
+    burst: int
+    ewma_log: int  # RED averages the queue with weight 2^-ewma_log
+
+
+def red_parameters(profile: EcnProfile, mtu_bytes: int) -> RedParameters:
+    """RED thresholds for ``profile``. A step at K is a ramp from K to K + 1 byte with
+    probability 1; ``burst`` is the smallest tc accepts (tc's own hint, 1 + min/avpkt),
+    which gives the average its largest weight."""
+    check_mtu(mtu_bytes)
+    if isinstance(profile, StepEcn):
+        qmin, qmax, probability = profile.k_bytes, profile.k_bytes + 1, 1.0
+    else:
+        qmin, qmax, probability = profile.kmin_bytes, profile.kmax_bytes, profile.pmax
+    burst = 1 + qmin // mtu_bytes
+    wlog = red_ewma_log(qmin, burst, mtu_bytes)
+    if wlog is None:
+        raise ConfigError("ecn", f"the RED qdisc cannot average a threshold of {qmin} B with "
+                                 f"{mtu_bytes}-byte packets: it must exceed one packet")
+    return RedParameters(qmin, qmax, probability, mtu_bytes, burst, wlog)
+
+
+def red_commands(intf: str, rate_mbit: float, queue: QueueConfig, mtu_bytes: int,
+                 parent: str = HTB_CLASS, handle: str = BUFFER_HANDLE) -> list[list[str]]:
+    """The tc command replacing ``intf``'s bfifo with a RED-ECN qdisc of the same byte limit;
+    none for a queue without ECN (the bfifo stays). ``nodrop`` keeps non-ECT packets over
+    the thresholds queued, as the eBPF path does: only the byte limit drops."""
+    if queue.ecn is None:
+        return []
+    check_rate("rate_mbit", rate_mbit)
+    red = red_parameters(queue.ecn, mtu_bytes)
+    return [["tc", "qdisc", "replace", "dev", intf, "parent", parent, "handle", handle, "red",
+             "limit", str(queue.buffer_bytes), "min", str(red.min_bytes),
+             "max", str(red.max_bytes), "avpkt", str(red.avpkt_bytes), "burst", str(red.burst),
+             "probability", repr(red.probability), "bandwidth", f"{rate_mbit}mbit",
+             "ecn", "nodrop"]]
+
+
+# --- choosing and planning --------------------------------------------------------------------
+
+
+def choose_ecn_path(report: Platform, prefer: str | None = None,
+                    object_built: bool = False) -> str:
+    """The marking path for this machine: the capabilities report's choice, or ``prefer``
+    (e.g. the eBPF path on a kernel with RED, to compare the two) when the machine can take
+    it. The eBPF path needs cls_bpf, and clang unless the object is already built."""
+    if prefer is not None and prefer not in ECN_PATHS:
+        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {prefer!r}")
+    path = prefer or report.paths.ecn_marking
+    way = "RED qdisc" if path == ECN_PATH_RED else "eBPF"
+    needed = ("sch_red",) if path == ECN_PATH_RED else (
+        ("cls_bpf", "tc") + (() if object_built else ("clang",)))
+    for name in needed:
+        cap = report.capabilities.get(name)
+        if cap is None or not cap.available:
+            detail = cap.detail if cap is not None else f"{name} was not probed"
+            raise TestbedError(f"ECN marking by {way} is not possible here: {detail}")
+    return path
+
+
+def marking_commands(path: str, intf: str, ifindex: int, rate_mbit: float, queue: QueueConfig,
+                     mtu_bytes: int, obj: Path = BPF_OBJECT) -> list[list[str]]:
+    """Everything that gives port ``intf`` (``ifindex``) its marking on ``path``, in order,
+    to run after ``testbed.fabric.shaping_commands``."""
+    if path == ECN_PATH_RED:
+        return red_commands(intf, rate_mbit, queue, mtu_bytes)
+    if path == ECN_PATH_EBPF:
+        return (ebpf_attach_commands(intf, obj)
+                + ebpf_config_commands(ifindex, marker_config(rate_mbit, queue)))
+    raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")

@@ -104,6 +104,16 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_hedera(args) -> int:
+    from testbed.hedera import HederaConfig, run_hedera
+
+    config = HederaConfig(rate_mbit=args.rate_mbit, seconds=args.seconds, omit_s=args.omit,
+                          seed=args.seed, results_dir=args.results,
+                          patterns=tuple(args.pattern) if args.pattern else HederaConfig.patterns)
+    run_hedera(config, log=lambda m: print(f"[hedera] {m}", flush=True))
+    return 0
+
+
 class OneLineErrors(argparse.ArgumentParser):
     """Usage errors as one line (``testbed: error: ...``, exit 2) like the testbed's own."""
 
@@ -148,6 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],
                        help="fat-tree sizes to bring up and down (default: 4 and 8)")
     bench.set_defaults(func=cmd_bench)
+
+    hedera = sub.add_parser("hedera", help="ECMP vs single-path vs a non-blocking switch on the "
+                            "k=4 fat-tree (Hedera's patterns), and ECMP's uplink spread")
+    hedera.add_argument("--rate-mbit", type=float, default=10.0, help="link rate (10)")
+    hedera.add_argument("--seconds", type=int, default=10, help="measured seconds per pattern")
+    hedera.add_argument("--omit", type=int, default=2, help="TCP start-up seconds left out")
+    hedera.add_argument("--pattern", action="append", metavar="NAME",
+                        help="strideN or random (repeatable; default stride1/2/4/8 and random)")
+    hedera.add_argument("--seed", type=int, default=1, help="seed of the random pattern")
+    hedera.add_argument("--results", default="results", help="results folder")
+    hedera.set_defaults(func=cmd_hedera)
     return ap
 
 

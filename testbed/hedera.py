@@ -1,0 +1,251 @@
+"""ECMP measured against single-path routing and a non-blocking switch.
+
+1. Hedera's experiment (Al-Fares et al., NSDI 2010) on the k=4 fat-tree: one long TCP flow
+   per host for each traffic pattern (traffic.patterns), under ECMP, under single-path
+   routing, and on the non-blocking reference: one switch carrying all 16 hosts on the same
+   host links (a spine-leaf with a single leaf; its spine stays idle). The figure of merit
+   is the aggregate throughput as a fraction of what the 16 host links could carry.
+2. Uplink spread: many TCP flows from the two hosts of edge switch p0e0 to other pods, and
+   the bytes each of the edge's k/2 uplinks carried: their Jain fairness index under ECMP,
+   and under single-path routing, which puts everything on one uplink.
+
+The non-blocking reference doubles as the fidelity check: when it does not deliver nearly
+all of its host links, the emulator, not the routing, limited the flows.
+
+Flows are iperf3 clients and servers inside the emulated hosts; received rates come from the
+servers' side of iperf3 (``sum_received``), after ``omit_s`` seconds of TCP start-up.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed.errors import ConfigError, TestbedError
+from testbed.experiment import interrupts_as_exceptions, jain_index, machine, new_run_id
+from testbed.fabric import FabricNetwork
+from testbed.topology.base import Fabric
+from testbed.topology.fattree import fat_tree
+from testbed.topology.spineleaf import spine_leaf
+from traffic.patterns import HEDERA_PATTERNS, pattern_pairs
+
+BASE_PORT = 5400
+SERVER_START_S = 0.5       # iperf3 servers listening before the clients connect
+CLIENT_GRACE_S = 30.0      # beyond the flow time, before a client counts as hung
+NONBLOCKING_MIN_FRACTION = 0.85  # the reference below this: the emulator did not keep up
+SPREAD_EDGE = "p0e0"
+SPREAD_DESTINATIONS = ("p1e0h0", "p2e0h1", "p3e1h0", "p1e1h1")  # other pods
+SPREAD_STREAMS = 8         # parallel TCP streams per (source, destination): 2 x 4 x 8 = 64
+ROUTINGS = ("ecmp", "single")
+NONBLOCKING = "nonblocking"
+
+
+@dataclass
+class HederaConfig:
+    rate_mbit: float = 10.0
+    seconds: int = 10
+    omit_s: int = 2
+    patterns: tuple[str, ...] = HEDERA_PATTERNS
+    seed: int = 1
+    spread: bool = True
+    results_dir: str = "results"
+
+    def validate(self) -> None:
+        if not self.rate_mbit > 0:
+            raise ConfigError("rate_mbit", f"must be positive, got {self.rate_mbit}")
+        if not (isinstance(self.seconds, int) and self.seconds >= 2):
+            raise ConfigError("seconds", f"must be an integer >= 2, got {self.seconds!r}")
+        if not (isinstance(self.omit_s, int) and self.omit_s >= 0):
+            raise ConfigError("omit_s", f"must be an integer >= 0, got {self.omit_s!r}")
+        for name in self.patterns:
+            try:
+                pattern_pairs(name, 16, self.seed)
+            except ValueError as exc:
+                raise ConfigError("patterns", str(exc)) from None
+
+
+@dataclass
+class PatternResult:
+    """Received Mbit/s of every flow of one pattern, and their sum as a fraction of the host
+    links' capacity."""
+
+    pattern: str
+    pairs: list[tuple[str, str]]
+    flow_mbit: list[float]
+    fraction_of_capacity: float
+
+
+@dataclass
+class SpreadResult:
+    """Bytes each uplink of the edge switch sent while the flows ran, and their Jain index."""
+
+    uplinks: list[str]
+    uplink_bytes: list[int]
+    jain: float
+    flows: int
+    flow_mbit_total: float
+
+
+@dataclass
+class HederaResult:
+    config: dict
+    patterns: dict[str, dict[str, PatternResult]] = field(default_factory=dict)
+    spread: dict[str, SpreadResult] = field(default_factory=dict)
+
+
+def run_flows(net: FabricNetwork, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
+              streams: int = 1) -> list[float]:
+    """One iperf3 flow (of ``streams`` parallel TCP connections) per (source, destination)
+    host pair, all at once; returns the Mbit/s each destination received."""
+    servers = [net.popen(dst, ["iperf3", "-s", "-1", "-p", str(BASE_PORT + i)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for i, (_, dst) in enumerate(pairs)]
+    time.sleep(SERVER_START_S)
+    clients = [net.popen(src, ["iperf3", "-c", net.fabric.nodes[dst].ip, "-p", str(BASE_PORT + i),
+                               "-t", str(seconds), "-O", str(omit_s), "-P", str(streams), "-J"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for i, (src, dst) in enumerate(pairs)]
+    rates = []
+    try:
+        for (src, dst), client in zip(pairs, clients):
+            out, _ = client.communicate(timeout=seconds + omit_s + CLIENT_GRACE_S)
+            try:
+                rates.append(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6)
+            except (ValueError, KeyError) as exc:
+                raise TestbedError(f"iperf3 {src} -> {dst} failed: {out.strip()[-200:]}") from exc
+    finally:
+        for proc in clients + servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    return rates
+
+
+def measure_pattern(net: FabricNetwork, name: str, config: HederaConfig) -> PatternResult:
+    hosts = [h.name for h in net.fabric.hosts]
+    pairs = [(hosts[s], hosts[d]) for s, d in pattern_pairs(name, len(hosts), config.seed)]
+    rates = run_flows(net, pairs, config.seconds, config.omit_s)
+    capacity = len(pairs) * config.rate_mbit
+    return PatternResult(name, pairs, rates, sum(rates) / capacity)
+
+
+def uplinks(fabric: Fabric, switch: str) -> list[str]:
+    """Interfaces of ``switch`` toward other switches, in port order."""
+    ends = []
+    for sw, port, intf, link in fabric.switch_ends():
+        other = link.b if link.a == sw else link.a
+        if sw == switch and not fabric.nodes[other].is_host:
+            ends.append((port, intf))
+    return [intf for _, intf in sorted(ends)]
+
+
+def tx_bytes(intf: str) -> int:
+    with open(f"/sys/class/net/{intf}/statistics/tx_bytes") as fh:
+        return int(fh.read())
+
+
+def measure_spread(net: FabricNetwork, config: HederaConfig) -> SpreadResult:
+    sources = [h.name for h in net.fabric.hosts if h.name.startswith(SPREAD_EDGE + "h")]
+    pairs = [(src, dst) for src in sources for dst in SPREAD_DESTINATIONS]
+    ports = uplinks(net.fabric, SPREAD_EDGE)
+    before = [tx_bytes(intf) for intf in ports]
+    rates = run_flows(net, pairs, config.seconds, config.omit_s, streams=SPREAD_STREAMS)
+    sent = [tx_bytes(intf) - b for intf, b in zip(ports, before)]
+    return SpreadResult(ports, sent, jain_index([float(b) for b in sent]),
+                        len(pairs) * SPREAD_STREAMS, sum(rates))
+
+
+def run_hedera(config: HederaConfig, log=print) -> HederaResult:
+    """Every pattern under ECMP, single-path and the non-blocking switch, then the spread."""
+    config.validate()
+    run_id = new_run_id("hedera")
+    result = HederaResult(config=asdict(config))
+    workdir = Path(config.results_dir) / run_id
+    with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+        workdir.mkdir(parents=True, exist_ok=True)
+        fabrics = {routing: fat_tree(4, host_rate_mbit=config.rate_mbit) for routing in ROUTINGS}
+        fabrics[NONBLOCKING] = spine_leaf(leaves=1, spines=1, hosts_per_leaf=16,
+                                          host_rate_mbit=config.rate_mbit)
+        for setup, fabric in fabrics.items():
+            routing = setup if setup in ROUTINGS else "ecmp"
+            log(f"{setup}: bringing up {fabric.kind} ({len(fabric.hosts)} hosts, "
+                f"{config.rate_mbit:g} Mbit/s links)")
+            (workdir / setup).mkdir()
+            with FabricNetwork(fabric, workdir / setup, ledger, routing=routing, log=log) as net:
+                sent, answered = net.ping_all()
+                if answered != sent:
+                    raise TestbedError(f"{setup}: only {answered}/{sent} probes answered")
+                result.patterns[setup] = {}
+                for name in config.patterns:
+                    r = measure_pattern(net, name, config)
+                    result.patterns[setup][name] = r
+                    log(f"  {name:8s} {r.fraction_of_capacity:6.1%} of the host links")
+                if config.spread and setup in ROUTINGS:
+                    s = measure_spread(net, config)
+                    result.spread[setup] = s
+                    log(f"  spread: {s.flows} flows from {SPREAD_EDGE}, uplink bytes "
+                        f"{s.uplink_bytes}, Jain index {s.jain:.3f}")
+    write_hedera_results(result, workdir)
+    log(format_hedera(result))
+    log(f"results in {workdir}")
+    return result
+
+
+def verdict(result: HederaResult) -> dict:
+    """Did the emulator keep up (the non-blocking reference near its capacity), and did the
+    ordering non-blocking >= ECMP > single-path hold, per pattern."""
+    reference = result.patterns.get(NONBLOCKING, {})
+    kept_up = bool(reference) and all(r.fraction_of_capacity >= NONBLOCKING_MIN_FRACTION
+                                      for r in reference.values())
+    ordering = {}
+    for name, r in reference.items():
+        ecmp = result.patterns["ecmp"][name].fraction_of_capacity
+        single = result.patterns["single"][name].fraction_of_capacity
+        ordering[name] = {"nonblocking": r.fraction_of_capacity, "ecmp": ecmp,
+                          "single": single, "gap_ecmp_vs_nonblocking": r.fraction_of_capacity - ecmp,
+                          "ordering_holds": r.fraction_of_capacity >= ecmp * 0.98 and ecmp > single}
+    return {"emulator_kept_up": kept_up, "nonblocking_min_fraction": NONBLOCKING_MIN_FRACTION,
+            "patterns": ordering}
+
+
+def format_hedera(result: HederaResult) -> str:
+    v = verdict(result)
+    lines = ["", "pattern    non-blocking   ECMP   single-path   (fraction of the host links)"]
+    for name, row in v["patterns"].items():
+        lines.append(f"{name:10s} {row['nonblocking']:10.1%} {row['ecmp']:8.1%} "
+                     f"{row['single']:10.1%}   {'ordering holds' if row['ordering_holds'] else 'ordering BROKEN'}")
+    for routing, s in result.spread.items():
+        lines.append(f"uplink spread, {routing}: Jain index {s.jain:.3f} over {len(s.uplinks)} "
+                     f"uplinks ({s.flows} flows)")
+    lines.append("emulator kept up: " + ("yes" if v["emulator_kept_up"] else
+                                         "NO: the non-blocking reference fell below "
+                                         f"{NONBLOCKING_MIN_FRACTION:.0%}; do not trust the gaps"))
+    return "\n".join(lines)
+
+
+def write_hedera_results(result: HederaResult, workdir: Path) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = {"result": asdict(result), "verdict": verdict(result)}
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
+    names = list(result.config["patterns"])
+    setups = [s for s in (NONBLOCKING, *ROUTINGS) if s in result.patterns]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / max(len(setups), 1)
+    for k, setup in enumerate(setups):
+        values = [result.patterns[setup][n].fraction_of_capacity * 100 for n in names]
+        ax.bar([i + k * width for i in range(len(names))], values, width, label=setup)
+    ax.set_xticks([i + width * (len(setups) - 1) / 2 for i in range(len(names))], names)
+    ax.set_ylabel("aggregate throughput, % of host links")
+    ax.set_ylim(0, 110)
+    ax.set_title(f"k=4 fat-tree, one TCP flow per host, {result.config['rate_mbit']:g} Mbit/s links")
+    ax.legend()
+    fig.tight_layout()
+    path = workdir / "hedera.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [workdir / "summary.json", path]

@@ -36,8 +36,9 @@ SERVER_START_S = 0.5       # iperf3 servers listening before the clients connect
 CLIENT_GRACE_S = 30.0      # beyond the flow time, before a client counts as hung
 NONBLOCKING_MIN_FRACTION = 0.85  # the reference below this: the emulator did not keep up
 SPREAD_EDGE = "p0e0"
-SPREAD_DESTINATIONS = ("p1e0h0", "p2e0h1", "p3e1h0", "p1e1h1")  # other pods
-SPREAD_STREAMS = 8         # parallel TCP streams per (source, destination): 2 x 4 x 8 = 64
+SPREAD_DESTINATIONS = ("p1e0h0", "p1e1h1", "p2e0h1", "p2e1h0", "p3e0h0", "p3e1h1", "p1e0h1",
+                       "p2e1h1")  # hosts in other pods
+SPREAD_STREAMS = 4         # parallel TCP streams per (source, destination): 2 x 8 x 4 = 64
 ROUTINGS = ("ecmp", "single")
 NONBLOCKING = "nonblocking"
 
@@ -75,6 +76,7 @@ class PatternResult:
     pairs: list[tuple[str, str]]
     flow_mbit: list[float]
     fraction_of_capacity: float
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -86,6 +88,7 @@ class SpreadResult:
     jain: float
     flows: int
     flow_mbit_total: float
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -96,9 +99,10 @@ class HederaResult:
 
 
 def run_flows(net: FabricNetwork, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
-              streams: int = 1) -> list[float]:
+              streams: int = 1) -> tuple[list[float], list[str]]:
     """One iperf3 flow (of ``streams`` parallel TCP connections) per (source, destination)
-    host pair, all at once; returns the Mbit/s each destination received."""
+    host pair, all at once; returns the Mbit/s each destination received, and the errors of
+    flows that failed."""
     servers = [net.popen(dst, ["iperf3", "-s", "-1", "-p", str(BASE_PORT + i)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for i, (_, dst) in enumerate(pairs)]
@@ -107,28 +111,34 @@ def run_flows(net: FabricNetwork, pairs: list[tuple[str, str]], seconds: int, om
                                "-t", str(seconds), "-O", str(omit_s), "-P", str(streams), "-J"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for i, (src, dst) in enumerate(pairs)]
-    rates = []
+    rates, errors = [], []
     try:
         for (src, dst), client in zip(pairs, clients):
             out, _ = client.communicate(timeout=seconds + omit_s + CLIENT_GRACE_S)
             try:
-                rates.append(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6)
-            except (ValueError, KeyError) as exc:
-                raise TestbedError(f"iperf3 {src} -> {dst} failed: {out.strip()[-200:]}") from exc
+                report = json.loads(out)
+            except ValueError:
+                raise TestbedError(f"iperf3 {src} -> {dst} failed: {out.strip()[-200:]}") from None
+            received = report.get("end", {}).get("sum_received")
+            # A flow that died mid-run (a TCP connection timing out under heavy loss) counts
+            # as nothing received, and is reported.
+            rates.append(received["bits_per_second"] / 1e6 if received else 0.0)
+            if "error" in report:
+                errors.append(f"{src} -> {dst}: {report['error']}")
     finally:
         for proc in clients + servers:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-    return rates
+    return rates, errors
 
 
 def measure_pattern(net: FabricNetwork, name: str, config: HederaConfig) -> PatternResult:
     hosts = [h.name for h in net.fabric.hosts]
     pairs = [(hosts[s], hosts[d]) for s, d in pattern_pairs(name, len(hosts), config.seed)]
-    rates = run_flows(net, pairs, config.seconds, config.omit_s)
+    rates, errors = run_flows(net, pairs, config.seconds, config.omit_s)
     capacity = len(pairs) * config.rate_mbit
-    return PatternResult(name, pairs, rates, sum(rates) / capacity)
+    return PatternResult(name, pairs, rates, sum(rates) / capacity, errors)
 
 
 def uplinks(fabric: Fabric, switch: str) -> list[str]:
@@ -151,10 +161,10 @@ def measure_spread(net: FabricNetwork, config: HederaConfig) -> SpreadResult:
     pairs = [(src, dst) for src in sources for dst in SPREAD_DESTINATIONS]
     ports = uplinks(net.fabric, SPREAD_EDGE)
     before = [tx_bytes(intf) for intf in ports]
-    rates = run_flows(net, pairs, config.seconds, config.omit_s, streams=SPREAD_STREAMS)
+    rates, errors = run_flows(net, pairs, config.seconds, config.omit_s, streams=SPREAD_STREAMS)
     sent = [tx_bytes(intf) - b for intf, b in zip(ports, before)]
     return SpreadResult(ports, sent, jain_index([float(b) for b in sent]),
-                        len(pairs) * SPREAD_STREAMS, sum(rates))
+                        len(pairs) * SPREAD_STREAMS, sum(rates), errors)
 
 
 def run_hedera(config: HederaConfig, log=print) -> HederaResult:
@@ -181,12 +191,14 @@ def run_hedera(config: HederaConfig, log=print) -> HederaResult:
                 for name in config.patterns:
                     r = measure_pattern(net, name, config)
                     result.patterns[setup][name] = r
-                    log(f"  {name:8s} {r.fraction_of_capacity:6.1%} of the host links")
+                    log(f"  {name:8s} {r.fraction_of_capacity:6.1%} of the host links"
+                        + (f"; {len(r.errors)} flows failed: {r.errors[0]}" if r.errors else ""))
                 if config.spread and setup in ROUTINGS:
                     s = measure_spread(net, config)
                     result.spread[setup] = s
                     log(f"  spread: {s.flows} flows from {SPREAD_EDGE}, uplink bytes "
-                        f"{s.uplink_bytes}, Jain index {s.jain:.3f}")
+                        f"{s.uplink_bytes}, Jain index {s.jain:.3f}"
+                        + (f"; {len(s.errors)} flows failed: {s.errors[0]}" if s.errors else ""))
     write_hedera_results(result, workdir)
     log(format_hedera(result))
     log(f"results in {workdir}")

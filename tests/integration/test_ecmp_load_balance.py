@@ -22,6 +22,8 @@ def hedera(tmp_path_factory):
 
 def test_the_emulator_kept_up(hedera):
     assert verdict(hedera)["emulator_kept_up"], verdict(hedera)
+    failed = [e for setup in hedera.patterns.values() for r in setup.values() for e in r.errors]
+    assert not failed, failed
 
 
 def test_ordering_nonblocking_ecmp_single(hedera):

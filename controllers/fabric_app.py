@@ -1,42 +1,149 @@
-"""os-ken app that programs a known fabric: ECMP select groups, IPv4 routes (by destination,
-and by input port where a rail fabric pins each GPU to its NIC), proxy ARP.
+"""os-ken app that programs a known fabric and keeps it programmed through failures.
 
-The fabric description (the same JSON the network was built from) arrives through the
-TESTBED_FABRIC_JSON environment variable; routes come from controllers.routing. Each switch
-that connects is wiped (flows and groups) and programmed from scratch, so a restarted
-controller re-synchronises without stale or duplicate rules. After a barrier confirms a
-switch's state, its name is added to the status file (TESTBED_STATUS_JSON) that the testbed
-polls to know the fabric is ready.
+The fabric description (the same JSON the network was built from) and every other setting
+arrive through environment variables (controllers.config). What each switch should hold and
+what to send when something changes is plain data from controllers.fabric_state and
+controllers.forwarding; this app turns events into calls there and plans into OpenFlow
+messages, one for one (``openflow_messages``), and nothing else:
+
+- a switch that connects is wiped (flows and groups) and programmed from scratch with its
+  current table, so a restarted controller or a reconnecting switch re-synchronises without
+  stale or duplicate rules. After a barrier confirms a switch's state, its name is added to
+  the status file (TESTBED_STATUS_JSON) that the testbed polls to know the fabric is ready;
+- a port going down or up (port status, and the port list a switch reports when it
+  connects) or a switch disconnecting updates the failure bookkeeping, recomputes, and sends
+  every connected switch whose table changed its update plan (make before break, see
+  controllers.forwarding). Each change is logged with CLOCK_MONOTONIC times and written to
+  the events file (TESTBED_EVENTS_JSONL) once every updated switch has answered the plan's
+  last barrier, so the testbed can measure the reaction time from its own clock;
+- under UGAL routing, every port-statistics round (controllers.port_stats_app) reweights the
+  source routers' select groups from the measured utilisation.
+
+ARP is answered by controllers.arp_app; port counters are polled by controllers.port_stats_app.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
+from dataclasses import dataclass, field
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
-from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-from os_ken.lib.packet import arp, ethernet, ether_types, packet
+from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
+                                       set_ev_cls)
+from os_ken.lib.packet import ether_types
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers.routing import ECMP, Route, SwitchRules, arp_table, compute_rules
+from controllers.config import ControllerConfig
+from controllers.dragonfly_routing import Bucket, Output, PopVlan, PushVlan, ToGroup
+from controllers.fabric_state import Change, FabricState
+from controllers.forwarding import (ADD, DELETE, MODIFY, Barrier, FlowAction, FlowMatch,
+                                    FlowMod, GroupMod, Message, SetEthDst, ToController, Wipe,
+                                    program_plan)
+from controllers.guard import survives
+from controllers.port_stats_app import EventPortStatsRound
+from testbed.openflow_stats import port_tx_rates_mbit
 from testbed.topology.base import Fabric
 
-PRIORITY_ARP = 200
-PRIORITY_DELIVERY = 120    # to a host of this switch, where port routes exist
-PRIORITY_PORT_ROUTE = 110  # by input port: a GPU's own rail
-PRIORITY_ROUTE = 100       # by destination
+GROUP_COMMANDS = {ADD: ofproto_v1_3.OFPGC_ADD, MODIFY: ofproto_v1_3.OFPGC_MODIFY,
+                  DELETE: ofproto_v1_3.OFPGC_DELETE}
+# MODIFY_STRICT and DELETE_STRICT touch exactly the flow of that priority and match; the
+# loose forms would also hit every more specific flow (a rail's port routes under a route).
+FLOW_COMMANDS = {ADD: ofproto_v1_3.OFPFC_ADD, MODIFY: ofproto_v1_3.OFPFC_MODIFY_STRICT,
+                 DELETE: ofproto_v1_3.OFPFC_DELETE_STRICT}
 
 
-def route_priority(rules: SwitchRules, route: Route) -> int:
-    """The priority of a route by destination on this switch."""
-    # A node switch's own GPUs must outrank its port routes, or a GPU's packet for a GPU of
-    # the same node would leave on the rail instead of NVLink. Without port routes one priority
-    # serves: destination matches never overlap, and other fabrics' flow tables stay as they were.
-    if rules.port_routes and rules.is_delivery(route):
-        return PRIORITY_DELIVERY
-    return PRIORITY_ROUTE
+# --- plans to OpenFlow -----------------------------------------------------------------------
+
+def ofp_match(parser, ofp, match: FlowMatch):
+    fields = {"eth_type": match.eth_type, "in_port": match.in_port,
+              "vlan_vid": None if match.vlan_vid is None else match.vlan_vid | ofp.OFPVID_PRESENT,
+              "ipv4_dst": match.ipv4_dst}
+    return parser.OFPMatch(**{name: value for name, value in fields.items() if value is not None})
+
+
+def ofp_actions(parser, ofp, actions: tuple[FlowAction, ...]) -> list:
+    out = []
+    for action in actions:
+        if isinstance(action, Output):
+            out.append(parser.OFPActionOutput(action.port))
+        elif isinstance(action, ToGroup):
+            out.append(parser.OFPActionGroup(action.group_id))
+        elif isinstance(action, PushVlan):
+            out += [parser.OFPActionPushVlan(ether_types.ETH_TYPE_8021Q),
+                    parser.OFPActionSetField(vlan_vid=action.vlan_vid | ofp.OFPVID_PRESENT)]
+        elif isinstance(action, PopVlan):
+            out.append(parser.OFPActionPopVlan())
+        elif isinstance(action, SetEthDst):
+            out.append(parser.OFPActionSetField(eth_dst=action.mac))
+        elif isinstance(action, ToController):
+            out.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER))
+        else:
+            raise TypeError(f"no OpenFlow action for {action!r}")
+    return out
+
+
+def ofp_bucket(parser, ofp, bucket: Bucket):
+    # watch_port lets OVS skip a bucket whose port is down before we recompute.
+    port = next(a.port for a in bucket.actions if isinstance(a, Output))
+    return parser.OFPBucket(weight=bucket.weight, watch_port=port, watch_group=ofp.OFPG_ANY,
+                            actions=ofp_actions(parser, ofp, bucket.actions))
+
+
+def openflow_messages(dp, message: Message) -> list:
+    """The OpenFlow messages of one plan entry, for datapath ``dp`` (anything with
+    ``ofproto`` and ``ofproto_parser``)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if isinstance(message, Barrier):
+        return [parser.OFPBarrierRequest(dp)]
+    if isinstance(message, Wipe):
+        return [parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                                  out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY),
+                parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL)]
+    if isinstance(message, GroupMod):
+        buckets = [ofp_bucket(parser, ofp, b) for b in message.buckets]
+        return [parser.OFPGroupMod(dp, GROUP_COMMANDS[message.command], ofp.OFPGT_SELECT,
+                                   message.group_id, buckets)]
+    assert isinstance(message, FlowMod), message
+    match = ofp_match(parser, ofp, message.match)
+    if message.command == DELETE:
+        return [parser.OFPFlowMod(dp, command=FLOW_COMMANDS[DELETE], priority=message.priority,
+                                  match=match, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)]
+    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                         ofp_actions(parser, ofp, message.actions))]
+    return [parser.OFPFlowMod(dp, command=FLOW_COMMANDS[message.command],
+                              priority=message.priority, match=match, instructions=inst)]
+
+
+def send_plan(dp, plan: list[Message]) -> int | None:
+    """Send a plan to a switch; returns the xid of its last barrier (None without one)."""
+    xid = None
+    for message in plan:
+        for msg in openflow_messages(dp, message):
+            dp.send_msg(msg)  # assigns the xid
+            if isinstance(message, Barrier):
+                xid = msg.xid
+    return xid
+
+
+def port_up(ofp, reason: int | None, config: int, state: int) -> bool:
+    """Whether a port carries traffic, from a port status (``reason``) or a port description
+    (``reason`` None): not deleted, not administratively down, link up."""
+    return (reason != ofp.OFPPR_DELETE and not config & ofp.OFPPC_PORT_DOWN
+            and not state & ofp.OFPPS_LINK_DOWN)
+
+
+# --- the app ---------------------------------------------------------------------------------
+
+@dataclass
+class PendingChange:
+    """A change whose update plans were sent: its event record and the (connection, barrier
+    xid) replies still awaited."""
+
+    record: dict
+    waiting: set[tuple[object, int]] = field(default_factory=set)
 
 
 class FabricApp(app_manager.OSKenApp):
@@ -44,69 +151,181 @@ class FabricApp(app_manager.OSKenApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fabric = Fabric.load_json(os.environ["TESTBED_FABRIC_JSON"])
-        self.status_path = os.environ.get("TESTBED_STATUS_JSON")
-        mode = os.environ.get("TESTBED_ROUTING", ECMP)
-        self.rules_by_dpid = {r.dpid: r for r in compute_rules(self.fabric, mode).values()}
-        self.arp = arp_table(self.fabric)
+        config = ControllerConfig.from_env()
+        self.fabric = Fabric.load_json(config.fabric_path)
+        self.state = FabricState(self.fabric, config.routing, config.anycast_service())
+        self.status_path = config.status_path
+        # line-buffered: every event reaches the file as it is written
+        self.event_log = (open(config.events_path, "a", buffering=1) if config.events_path
+                          else None)
+        self.datapaths: dict[int, object] = {}  # dpid -> connected os-ken Datapath
+        # by connection, not dpid: a reconnected switch never answers the old one's barriers
+        self.awaiting: dict[tuple[object, int], PendingChange] = {}
+        self.last_round: dict = {}  # the previous port-statistics round (UGAL)
         self.programmed: set[str] = set()
         self.status_lock = threading.Lock()
-        self.logger.info("fabric %s %s: %d switches, routing %s", self.fabric.kind,
-                         self.fabric.params, len(self.rules_by_dpid), mode)
+        self.logger.info("fabric %s %s: %d switches, routing %s%s", self.fabric.kind,
+                         self.fabric.params, len(self.state.tables), config.routing,
+                         f", anycast {self.state.anycast}" if self.state.anycast else "")
+
+    @property
+    def rules_by_dpid(self):
+        """dpid -> the table that switch should hold now (controllers.forwarding.SwitchTable)."""
+        return {table.dpid: table for table in self.state.tables.values()}
+
+    def close(self):
+        if self.event_log:
+            self.event_log.close()
+
+    def live_datapath(self, name: str):
+        """The connection to switch ``name``, None when it is not connected."""
+        dp = self.datapaths.get(self.fabric.nodes[name].dpid)
+        return dp if dp is not None and dp.state != DEAD_DISPATCHER else None
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    @survives
     def switch_features_handler(self, ev):
+        t0 = time.monotonic()
         dp = ev.msg.datapath
-        rules = self.rules_by_dpid.get(dp.id)
-        if rules is None:
+        name = self.state.names.get(dp.id)
+        if name is None:
             self.logger.warning("unknown switch dpid %016x connected; leaving it empty", dp.id)
             return
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        # Start from nothing so a reconnect or a controller restart never leaves stale rules.
-        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
-        for gid, ports in rules.groups.items():
-            # watch_port lets OVS skip a bucket whose port is down before we recompute.
-            buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
-                                        actions=[parser.OFPActionOutput(port)])
-                       for port in ports]
-            dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, gid, buckets))
-        # ARP never floods: every request goes to the controller, which answers it.
-        self.add_flow(dp, PRIORITY_ARP, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_ARP),
-                      [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])
-        for route in rules.routes:
-            match = parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=route.dst_ip)
-            action = (parser.OFPActionGroup(route.group_id) if route.group_id
-                      else parser.OFPActionOutput(route.port))
-            self.add_flow(dp, route_priority(rules, route), match, [action])
-        # IPv4 only, like every route: a GPU's IPv6 or broadcast frames are still dropped,
-        # not carried along its rail, and its ARP requests still reach the controller.
-        for port_route in rules.port_routes:
-            match = parser.OFPMatch(in_port=port_route.in_port, eth_type=ether_types.ETH_TYPE_IP)
-            self.add_flow(dp, PRIORITY_PORT_ROUTE, match,
-                          [parser.OFPActionOutput(port_route.out_port)])
-        # No table-miss flow: anything else (IPv6 ND, stray broadcasts) is dropped, not flooded.
-        dp.send_msg(parser.OFPBarrierRequest(dp))
-        self.logger.info("programming %s: %d groups, %d routes, %d port routes", rules.name,
-                         len(rules.groups), len(rules.routes), len(rules.port_routes))
+        self.datapaths[dp.id] = dp
+        change = self.state.switch_status(name, up=True)
+        # Recompute first (a returning switch, or changes made while no switch was connected),
+        # so the switch is programmed with the current state; the others follow after it.
+        plans = self.state.refresh()
+        table = self.state.tables[name]
+        send_plan(dp, program_plan(table))
+        self.logger.info("programming %s: %d groups, %d flows", name, len(table.groups),
+                         len(table.flows))
+        if change is not None or plans:
+            self.send_plans(change or Change("recomputed", switch=name), t0, plans, skip=name)
 
-    @staticmethod
-    def add_flow(dp, priority, match, actions):
-        parser = dp.ofproto_parser
-        inst = [parser.OFPInstructionActions(dp.ofproto.OFPIT_APPLY_ACTIONS, actions)]
-        dp.send_msg(parser.OFPFlowMod(dp, priority=priority, match=match, instructions=inst))
+    # os-ken's ofp_handler asks every connecting switch for its ports (OpenFlow 1.3) and moves
+    # it to MAIN on the reply; reading that reply too tells which ports are up at connect time.
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, CONFIG_DISPATCHER)
+    @survives
+    def port_desc_stats_reply_handler(self, ev):
+        dp = ev.msg.datapath
+        for port in ev.msg.body:
+            self.port_changed(dp, port.port_no, port_up(dp.ofproto, None, port.config,
+                                                        port.state))
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    @survives
+    def port_status_handler(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        self.port_changed(dp, msg.desc.port_no, port_up(dp.ofproto, msg.reason, msg.desc.config,
+                                                        msg.desc.state))
+
+    def port_changed(self, dp, port_no: int, up: bool) -> None:
+        t0 = time.monotonic()
+        name = self.state.names.get(dp.id)
+        change = self.state.port_status(name, port_no, up) if name else None
+        if change is not None:
+            self.apply_change(change, t0)
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    @survives
+    def state_change_handler(self, ev):
+        t0 = time.monotonic()
+        dp = ev.datapath
+        for key in [key for key in self.awaiting if key[0] is dp]:
+            pending = self.awaiting.pop(key)
+            pending.waiting.discard(key)
+            pending.record.setdefault("unconfirmed", []).append(self.state.names[dp.id])
+            if not pending.waiting:
+                self.write_event(pending.record)
+        if dp.id is None or self.datapaths.get(dp.id) is not dp:
+            return  # never finished its handshake, or an older connection of a switch
+        del self.datapaths[dp.id]
+        change = self.state.switch_status(self.state.names[dp.id], up=False)
+        if change is not None:
+            self.apply_change(change, t0)
+
+    def apply_change(self, change: Change, t0: float) -> None:
+        """Recompute and send the update plans, unless no switch is connected to take them
+        (a fabric going away): then the recomputation waits for the next switch to connect."""
+        live = any(self.live_datapath(name) for name in self.state.tables)
+        plans = self.state.refresh() if live else {}
+        if not self.state.reroutes:
+            self.logger.warning("%s: %s routing does not route around failures; only select "
+                                "groups skip dead ports", change.describe(), self.state.mode)
+        self.send_plans(change, t0, plans)
+
+    def send_plans(self, change: Change, t0: float, plans: dict, skip: str | None = None) -> None:
+        """Send each connected switch its plan; the change's event is written once all have
+        confirmed (at once if none needed anything)."""
+        pending = PendingChange({"t_monotonic_s": t0, **change.to_dict(), "switches_updated": 0,
+                                 "messages": 0})
+        for name, plan in plans.items():
+            dp = self.live_datapath(name)
+            if dp is None or name == skip:
+                continue  # programmed from scratch when it connects
+            key = (dp, send_plan(dp, plan))
+            pending.waiting.add(key)
+            self.awaiting[key] = pending
+            pending.record["messages"] += len(plan)
+        pending.record["switches_updated"] = len(pending.waiting)
+        self.logger.info("%s at t=%.6f: %d switches updated, %d messages, computed in %.3f s",
+                         change.describe(), t0, len(pending.waiting),
+                         pending.record["messages"], time.monotonic() - t0)
+        if not pending.waiting:
+            self.write_event(pending.record)
+
+    def write_event(self, record: dict) -> None:
+        record["applied_monotonic_s"] = time.monotonic()
+        self.logger.info("%s applied at t=%.6f (%.3f s after the event)", record["event"],
+                         record["applied_monotonic_s"],
+                         record["applied_monotonic_s"] - record["t_monotonic_s"])
+        if self.event_log:
+            self.event_log.write(json.dumps(record) + "\n")
+
+    @set_ev_cls(EventPortStatsRound)
+    @survives
+    def port_stats_round_handler(self, ev):
+        loads = port_tx_rates_mbit(self.last_round, ev.samples)
+        self.last_round = ev.samples
+        plans = self.state.ugal_round(loads)
+        sent = 0
+        for name, plan in plans.items():
+            dp = self.live_datapath(name)
+            if dp is not None:  # one that is not gets the new weights when it connects
+                send_plan(dp, plan)
+                sent += 1
+        if plans:
+            self.logger.info("ugal: source groups reweighted on %d routers (%d connected)",
+                             len(plans), sent)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    @survives
+    def error_msg_handler(self, ev):
+        msg = ev.msg
+        self.logger.warning("%s refused message xid %d: error type %d code %d",
+                            self.state.names.get(msg.datapath.id, "?"), msg.xid, msg.type,
+                            msg.code)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    @survives
     def barrier_reply_handler(self, ev):
-        rules = self.rules_by_dpid.get(ev.msg.datapath.id)
-        if rules is None:
+        dp = ev.msg.datapath
+        key = (dp, ev.msg.xid)
+        pending = self.awaiting.pop(key, None)
+        if pending is not None:
+            pending.waiting.discard(key)
+            if not pending.waiting:
+                self.write_event(pending.record)
+        name = self.state.names.get(dp.id)
+        if name is None or name in self.programmed:
             return
         with self.status_lock:
-            self.programmed.add(rules.name)
+            self.programmed.add(name)
             self.write_status()
-        self.logger.info("programmed %s (%d/%d)", rules.name, len(self.programmed),
-                         len(self.rules_by_dpid))
+        self.logger.info("programmed %s (%d/%d)", name, len(self.programmed),
+                         len(self.state.tables))
 
     def write_status(self):
         if not self.status_path:
@@ -115,27 +334,3 @@ class FabricApp(app_manager.OSKenApp):
         with open(tmp, "w") as fh:
             json.dump({"programmed": sorted(self.programmed)}, fh)
         os.replace(tmp, self.status_path)
-
-    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
-    def packet_in_handler(self, ev):
-        msg = ev.msg
-        dp = msg.datapath
-        pkt = packet.Packet(msg.data)
-        req = pkt.get_protocol(arp.arp)
-        eth = pkt.get_protocol(ethernet.ethernet)
-        if req is None or eth is None or req.opcode != arp.ARP_REQUEST:
-            return
-        mac = self.arp.get(req.dst_ip)
-        if mac is None:
-            return  # not a fabric host: stay silent rather than guess
-        reply = packet.Packet()
-        reply.add_protocol(ethernet.ethernet(ethertype=ether_types.ETH_TYPE_ARP,
-                                             dst=eth.src, src=mac))
-        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=mac, src_ip=req.dst_ip,
-                                   dst_mac=req.src_mac, dst_ip=req.src_ip))
-        reply.serialize()
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        in_port = msg.match["in_port"]
-        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                                        actions=[parser.OFPActionOutput(in_port)],
-                                        data=reply.data))

@@ -13,6 +13,9 @@ Three steps, all pure:
      order destinations first use them: after a failure the same number can name another
      bucket set.
   3. ``rule_diff`` compares two rule sets group id by group id and route by destination.
+     The controller sends such a difference make before break (controllers.forwarding,
+     ``update_plan``: groups added and modified, flows added and modified, barrier, flows
+     deleted, groups deleted, barrier).
 
 Group numbering after a recomputation, per switch:
   - a bucket set the switch already had keeps its id (no message at all);

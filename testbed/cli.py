@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--iters", type=int, help="timed iterations")
     run.add_argument("--warmup", type=int, help="warm-up iterations")
     run.add_argument("--channels", type=int, help="parallel ring channels (connections)")
-    run.add_argument("--routing", help="ecmp or single")
+    run.add_argument("--routing", help="ecmp or single; minimal, valiant or ugal on a dragonfly")
     run.add_argument("--mtu", type=int, help="MTU in bytes")
     run.add_argument("--results", help="results folder (default results/)")
     run.add_argument("--name", help="run name (part of the run id)")

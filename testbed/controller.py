@@ -1,7 +1,10 @@
 """The os-ken controller as a child process of the run, bound to 127.0.0.1.
 
 It is started before the switches (Mininet switches wait for their controller) and reports
-which switches it has programmed through a status file.
+which switches it has programmed through a status file. Its other files, all in the run
+directory: failure events (controller-events.jsonl) and port counters polled over OpenFlow
+(port-stats.jsonl), read by testbed.openflow_stats; and, when the run directory holds
+anycast.json (``write_anycast``), the anycast service it routes.
 """
 from __future__ import annotations
 
@@ -12,23 +15,53 @@ import sys
 import time
 from pathlib import Path
 
+from controllers.config import DEFAULT_PORT_STATS_INTERVAL_S
 from testbed.errors import TestbedError
 
 LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653
+EVENTS_FILE = "controller-events.jsonl"
+PORT_STATS_FILE = "port-stats.jsonl"
+ANYCAST_FILE = "anycast.json"
+
+
+def write_anycast(workdir: Path, anycast: dict) -> Path:
+    """Leave the anycast service ({"service_ip": ..., "replicas": [...]}) where the run's
+    controller picks it up when it starts."""
+    path = workdir / ANYCAST_FILE
+    path.write_text(json.dumps(anycast))
+    return path
 
 
 class ControllerProcess:
-    """Runs ``python -m controllers.launcher`` for a fabric JSON; logs go to ``log_path``."""
+    """Runs ``python -m controllers.launcher`` for a fabric JSON; logs go to ``log_path``.
+    Port counters are polled every ``port_stats_interval_s`` (None: not polled)."""
 
     def __init__(self, fabric_json: Path, workdir: Path, port: int = DEFAULT_PORT,
-                 routing: str = "ecmp"):
+                 routing: str = "ecmp",
+                 port_stats_interval_s: float | None = DEFAULT_PORT_STATS_INTERVAL_S):
         self.fabric_json = fabric_json
         self.status_path = workdir / "controller-status.json"
         self.log_path = workdir / "controller.log"
+        self.events_path = workdir / EVENTS_FILE
+        self.port_stats_path = workdir / PORT_STATS_FILE
+        self.anycast_path = workdir / ANYCAST_FILE
         self.port = port
         self.routing = routing
+        self.port_stats_interval_s = port_stats_interval_s
         self.proc: subprocess.Popen | None = None
+
+    def argv(self) -> list[str]:
+        """The launcher's command line."""
+        argv = [sys.executable, "-m", "controllers.launcher", "--fabric", str(self.fabric_json),
+                "--status", str(self.status_path), "--port", str(self.port),
+                "--routing", self.routing, "--events", str(self.events_path)]
+        if self.port_stats_interval_s is not None:
+            argv += ["--port-stats", str(self.port_stats_path),
+                     "--port-stats-interval", repr(self.port_stats_interval_s)]
+        if self.anycast_path.exists():
+            argv += ["--anycast", str(self.anycast_path)]
+        return argv
 
     def start(self, timeout_s: float = 20.0) -> int:
         """Launch the controller and wait until it listens; returns its PID."""
@@ -41,13 +74,11 @@ class ControllerProcess:
         if port_in_use(self.port):
             raise TestbedError(f"OpenFlow port {LISTEN_HOST}:{self.port} is already in use; "
                                "stop whatever listens there or run `testbed clean`")
-        self.status_path.unlink(missing_ok=True)
+        for path in (self.status_path, self.events_path, self.port_stats_path):
+            path.unlink(missing_ok=True)  # an earlier controller's, in this run directory
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controllers.launcher", "--fabric", str(self.fabric_json),
-             "--status", str(self.status_path), "--port", str(self.port),
-             "--routing", self.routing],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()
         return self.proc.pid

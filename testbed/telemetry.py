@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from testbed.topology.base import Fabric
+from testbed.topology.base import Fabric, Link
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -30,19 +31,25 @@ class Direction:
         return f"{self.src}->{self.dst}"
 
 
-def link_directions(fabric: Fabric) -> list[Direction]:
-    """Both directions of every link, each with the root-namespace counter that measures it."""
+def counted_directions(fabric: Fabric) -> Iterator[tuple[str, str, Link, int, str]]:
+    """(src, dst, link, end, counter) for both directions of every link: the bytes src sends
+    are counted at ``end`` (0: link.a, 1: link.b) of the link by ``counter``, always on a
+    switch's side (the root namespace, or the switch's OpenFlow port counters)."""
     switches = {s.name for s in fabric.switches}
-    out = []
     for link in fabric.links:
         for src_end in (0, 1):
             src, dst = (link.a, link.b) if src_end == 0 else (link.b, link.a)
             if src in switches:
-                path = f"/sys/class/net/{link.intf(src_end)}/statistics/tx_bytes"
+                yield src, dst, link, src_end, "tx_bytes"
             else:
-                path = f"/sys/class/net/{link.intf(1 - src_end)}/statistics/rx_bytes"
-            out.append(Direction(src, dst, link.rate_mbit, path))
-    return out
+                yield src, dst, link, 1 - src_end, "rx_bytes"
+
+
+def link_directions(fabric: Fabric) -> list[Direction]:
+    """Both directions of every link, each with the root-namespace counter that measures it."""
+    return [Direction(src, dst, link.rate_mbit,
+                      f"/sys/class/net/{link.intf(end)}/statistics/{counter}")
+            for src, dst, link, end, counter in counted_directions(fabric)]
 
 
 def read_int(path: str) -> int:

@@ -2,7 +2,8 @@
 routing tests of every topology family. ``follow`` enumerates every branch a packet can take;
 ``Walker`` applies it to per-destination and per-input-port routes (controllers.routing),
 ``FlowWalker`` to prioritised flow tables with VLAN actions and weighted select groups
-(controllers.dragonfly_routing)."""
+(controllers.dragonfly_routing, and the tables the controller installs:
+controllers.forwarding)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 
 from controllers.dragonfly_routing import (Action, FlowRule, Match, Output, PopVlan, PushVlan,
                                            RouterRules, ToGroup)
-from controllers.fabric_app import PRIORITY_PORT_ROUTE, route_priority
+from controllers.forwarding import (ETH_TYPE_IPV4, PRIORITY_PORT_ROUTE, SetEthDst, SwitchTable,
+                                    route_priority)
 from controllers.routing import PortRoute, Route, SwitchRules
 from testbed.topology.base import Fabric
 
@@ -132,8 +134,10 @@ class Hop:
 
 
 def flow_matches(match: Match, in_port: int, vlans: tuple[int, ...], ipv4_dst: str) -> bool:
-    """OpenFlow semantics: a field left out matches anything, tagged or not."""
-    return ((match.in_port is None or match.in_port == in_port)
+    """OpenFlow semantics for an IPv4 packet: a field left out matches anything, tagged or
+    not; a match on another ethertype (the controller's ARP rule) does not."""
+    return (getattr(match, "eth_type", None) in (None, ETH_TYPE_IPV4)
+            and (match.in_port is None or match.in_port == in_port)
             and (match.vlan_vid is None or vlans[:1] == (match.vlan_vid,))
             and (match.ipv4_dst is None or match.ipv4_dst == ipv4_dst))
 
@@ -175,6 +179,8 @@ class FlowWalker:
                 vlans = vlans[1:]
             elif isinstance(action, Output):
                 sent.append((action.port, vlans, share))
+            elif isinstance(action, SetEthDst):
+                continue  # the MAC does not steer forwarding
             else:
                 assert isinstance(action, ToGroup), action
                 buckets = self.rules[node].groups[action.group_id]
@@ -195,6 +201,14 @@ class FlowWalker:
         first = Hop(*self.ends[(src_host, 0)], (), 1.0)
         return follow(first, successors, lambda hop: self.fabric.nodes[hop.node].is_host,
                       max_hops=len(self.fabric.nodes), node_of=lambda hop: hop.node)
+
+
+def table_rules(tables: dict[str, SwitchTable]) -> dict[str, RouterRules]:
+    """Installed tables (controllers.forwarding) in the shape FlowWalker walks."""
+    return {name: RouterRules(name, t.dpid, t.groups,
+                              [FlowRule(priority, match, actions)
+                               for (priority, match), actions in t.flows.items()])
+            for name, t in tables.items()}
 
 
 def fabric_id(entry: tuple[str, dict]) -> str:

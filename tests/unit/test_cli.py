@@ -95,6 +95,7 @@ def test_run_missing_scenario(capsys, no_experiments, tmp_path):
     (["run", "--param", "k=3"], "k: "),
     (["run", "--topology", "nosuch"], "topology: "),
     (["run", "--routing", "x"], "routing: "),
+    (["run", "--routing", "ugal"], "routing: 'ugal' routes dragonfly fabrics only"),
     (["run", "--size-bytes", "1023"], "size_bytes: "),
     (["run", "--channels", "0"], "channels: "),
     (["run", "--param", "k"], "k: expected key=value"),

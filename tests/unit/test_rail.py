@@ -10,7 +10,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from controllers.fabric_app import (PRIORITY_DELIVERY, PRIORITY_PORT_ROUTE, PRIORITY_ROUTE,
+from controllers.forwarding import (PRIORITY_DELIVERY, PRIORITY_PORT_ROUTE, PRIORITY_ROUTE,
                                     route_priority)
 from controllers.routing import ECMP, MODES, SINGLE, PortRoute, compute_rules
 from fabric_walk import Walker

@@ -1,0 +1,116 @@
+"""os-ken app that polls the port counters of every connected switch over OpenFlow.
+
+Every TESTBED_PORT_STATS_INTERVAL_S seconds (default 0.5) a thread sends one
+OFPPortStatsRequest to each switch; each reply's fabric ports become JSON lines of
+TESTBED_PORT_STATS_JSONL (testbed.openflow_stats.PortSample: CLOCK_MONOTONIC time of the
+reply, switch, port, byte, packet and drop counters). One file handle, flushed once a round.
+At the start of each round the latest sample of every port goes to the other apps as an
+``EventPortStatsRound``: UGAL routing (controllers.fabric_app) reweights from it.
+
+Polling is off when TESTBED_PORT_STATS_JSONL is unset, except under UGAL routing, which
+needs the counters (it then polls without writing them).
+
+os-ken 4.2 runs apps on native threads (os_ken.lib.hub with OSKEN_HUB_TYPE=native): the
+reply handler runs on this app's event thread, the poll loop on its own, so the two share
+the latest samples and the file under a lock.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from os_ken.base import app_manager
+from os_ken.controller import event, ofp_event
+from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_3
+
+from controllers.config import ControllerConfig
+from controllers.dragonfly_routing import UGAL
+from controllers.fabric_state import link_ends
+from controllers.guard import survives
+from testbed.openflow_stats import PortSample
+from testbed.topology.base import Fabric
+
+
+class EventPortStatsRound(event.EventBase):
+    """The newest sample of every polled port, {(switch, port): PortSample}, as a new poll
+    round starts."""
+
+    def __init__(self, samples: dict):
+        super().__init__()
+        self.samples = samples
+
+
+class PortStatsApp(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _EVENTS = [EventPortStatsRound]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        config = ControllerConfig.from_env()
+        fabric = Fabric.load_json(config.fabric_path)
+        self.names = {s.dpid: s.name for s in fabric.switches}
+        self.ends = set(link_ends(fabric))  # the bridge's own port (LOCAL) is left out
+        self.interval_s = config.port_stats_interval_s
+        self.out = open(config.port_stats_path, "a") if config.port_stats_path else None
+        self.enabled = self.out is not None or config.routing == UGAL
+        self.datapaths: dict[int, object] = {}
+        self.latest: dict = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    def start(self):
+        super().start()
+        if self.enabled:
+            self.threads.append(hub.spawn(self.poll_loop))
+            self.logger.info("polling port counters every %.3f s%s", self.interval_s,
+                             "" if self.out else " (not written: no file given)")
+
+    def stop(self):
+        self.stopping.set()
+        super().stop()
+
+    def close(self):
+        if self.out:
+            with self.lock:
+                self.out.close()
+
+    def poll_loop(self):
+        while not self.stopping.wait(self.interval_s):
+            with self.lock:
+                if self.out:
+                    self.out.flush()
+                samples = dict(self.latest)
+                datapaths = list(self.datapaths.values())
+            if samples:
+                self.send_event_to_observers(EventPortStatsRound(samples))
+            for dp in datapaths:
+                ofp, parser = dp.ofproto, dp.ofproto_parser
+                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    @survives
+    def state_change_handler(self, ev):
+        dp = ev.datapath
+        if dp.id not in self.names:
+            return
+        with self.lock:
+            if ev.state == MAIN_DISPATCHER:
+                self.datapaths[dp.id] = dp
+            elif self.datapaths.get(dp.id) is dp:
+                del self.datapaths[dp.id]
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    @survives
+    def port_stats_reply_handler(self, ev):
+        t = time.monotonic()
+        name = self.names.get(ev.msg.datapath.id)
+        samples = [PortSample(t, name, s.port_no, s.tx_bytes, s.rx_bytes, s.tx_packets,
+                              s.rx_packets, s.tx_dropped)
+                   for s in ev.msg.body if (name, s.port_no) in self.ends]
+        with self.lock:
+            for sample in samples:
+                self.latest[sample.end] = sample
+            if self.out and not self.out.closed:
+                self.out.writelines(sample.to_json() + "\n" for sample in samples)

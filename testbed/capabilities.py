@@ -97,9 +97,23 @@ TOOL_COMMANDS: dict[str, str] = {
     "clang": "clang",
     "ethtool": "ethtool",
     "tc": "tc",
+    "bpftool": "bpftool",
 }
 
 PFC_PATH = "ebpf+pause-frames"
+ECN_PATH_RED = "red-qdisc"
+ECN_PATH_EBPF = "ebpf"
+# What each ECN marking path needs (testbed.qos.ecn_plan plans it, testbed.qos.apply runs
+# it): RED takes the place of each port's FIFO; the eBPF marker is compiled by clang,
+# attached by tc and configured and read through its pinned maps by bpftool.
+ECN_PATH_NEEDS: dict[str, tuple[str, ...]] = {
+    ECN_PATH_RED: ("sch_red", "tc"),
+    ECN_PATH_EBPF: ("cls_bpf", "tc", "clang", "bpftool"),
+}
+ECN_PATH_WAYS = {
+    ECN_PATH_RED: "a RED qdisc with ecn in place of each switch port's FIFO",
+    ECN_PATH_EBPF: "the eBPF marker, a tc egress classifier beside each switch port's FIFO",
+}
 
 # Where ``detect`` looks; module trees are relative to /lib/modules/<release>.
 PROC_CONFIG_GZ = Path("/proc/config.gz")
@@ -251,7 +265,7 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
         tcp_congestion = "reno+ecn"  # reno is always built in
     return Paths(
         ovs_datapath="kernel" if has("ovs_kernel_module") else "userspace",
-        ecn_marking="red-qdisc" if has("sch_red") else "ebpf",
+        ecn_marking=ECN_PATH_RED if has("sch_red") else ECN_PATH_EBPF,
         tcp_congestion=tcp_congestion,
         rdma="rxe" if has("rdma_rxe") else "userspace-roce",
         delay_loss="netem" if has("sch_netem") else "none",
@@ -259,8 +273,32 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
     )
 
 
+def missing_capabilities(caps: dict[str, Capability], names) -> list[Capability]:
+    """The capabilities among ``names`` that this machine lacks; one never probed counts as
+    lacking, with a detail that says so."""
+    lacking = []
+    for name in names:
+        cap = caps.get(name)
+        if cap is None:
+            lacking.append(Capability(name, False, f"{name} was not probed"))
+        elif not cap.available:
+            lacking.append(cap)
+    return lacking
+
+
+def ecn_marking_summary(platform: Platform) -> str:
+    """One line: the ECN marking path this machine takes, why, and whether it can run."""
+    path = platform.paths.ecn_marking
+    red = platform.capabilities.get("sch_red")
+    why = "" if path == ECN_PATH_RED or red is None else f"; no sch_red: {red.detail}"
+    lacking = missing_capabilities(platform.capabilities, ECN_PATH_NEEDS[path])
+    state = ("ready" if not lacking
+             else "cannot run: " + "; ".join(cap.detail for cap in lacking))
+    return f"ECN marking here: {path}, by {ECN_PATH_WAYS[path]}{why}; {state}"
+
+
 # Features whose code exists today; the others show the path they will take once built.
-IMPLEMENTED_FEATURES = frozenset({"ovs_datapath"})
+IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion"})
 
 
 def format_report(platform: Platform) -> str:
@@ -282,6 +320,7 @@ def format_report(platform: Platform) -> str:
     for feature, path in path_items:
         status = "" if feature in IMPLEMENTED_FEATURES else "  (chosen path; feature not built yet)"
         lines.append(f"{feature:<{feature_width}}  {path}{status}")
+    lines += ["", ecn_marking_summary(platform)]
     return "\n".join(lines)
 
 

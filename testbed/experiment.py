@@ -2,7 +2,8 @@
 reachability, run the workload with samplers running, judge fidelity, write results, tear down.
 
 Results go to ``results/<run-id>/``: config.json, fabric.json, summary.json, per-rank output,
-controller log, samples.json and plots. The caller gets the summary dict.
+controller log and files (failure events, port counters polled over OpenFlow), samples.json
+and plots. The caller gets the summary dict.
 """
 from __future__ import annotations
 
@@ -19,11 +20,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from controllers.routing import MODES, compute_rules
+from controllers.anycast import anycast_routes, replica_for_hosts
+from controllers.fabric_state import AnycastService, FabricState, anycast_problem, routing_problem
+from controllers.forwarding import group_ports
 from testbed.capabilities import detect
+from testbed.controller import EVENTS_FILE, PORT_STATS_FILE, write_anycast
 from testbed.errors import ConfigError, TestbedError
-from testbed.fabric import FabricNetwork, check_root
+from testbed.fabric import FabricNetwork, check_root, default_buffer_bytes
 from testbed.fidelity import emulator_losses, judge
+from testbed.openflow_stats import link_rate_summary, port_samples, read_json_lines
+from testbed.qos.apply import ecn_monitoring, object_is_current
+from testbed.qos.ecn_plan import choose_ecn_path
+from testbed.qos.settings import EcnSettings, check_tcp, ecn_settings, tcp_settings
 from testbed.report import write_results
 from testbed.state import Ledger, RunLock, clean
 from testbed.telemetry import Sampler, link_directions, window_mean, window_rates_mbit
@@ -42,7 +50,10 @@ RANK_TIMEOUT_S = 600.0
 
 @dataclass
 class RunConfig:
-    """What to run. Units are in the names; validated by ``validate``."""
+    """What to run. Units are in the names; validated by ``validate``. ``routing``: ecmp or
+    single on any fabric; minimal, valiant or ugal on a dragonfly. ``anycast``: optionally
+    {"service_ip": "10.255.0.1", "replicas": [host names]}, a service address every switch
+    sends to its nearest live replica (ecmp or single routing)."""
 
     name: str = "fattree-allreduce"
     topology: str = "fattree"
@@ -57,12 +68,15 @@ class RunConfig:
     iters: int = 3
     seed: int = 1
     results_dir: str = "results"
+    anycast: dict | None = None  # {"service_ip": ..., "replicas": [...]}: controllers.anycast
+    ecn: dict | None = None  # switch-port ECN marking: testbed.qos.settings
+    tcp_ecn: bool = False  # hosts ask for ECN
+    tcp_cc: str | None = None  # hosts' congestion control, or "auto"
 
     def validate(self) -> None:
         checks = [
             ("link_rate_mbit", 0 < self.link_rate_mbit <= 10000, "must be in (0, 10000]"),  # NaN fails too
             ("mtu_bytes", 576 <= self.mtu_bytes <= 9000, "must be in [576, 9000]"),
-            ("routing", self.routing in MODES, f"must be one of {', '.join(MODES)}"),
             ("workload", self.workload == "allreduce", "only 'allreduce' is available"),
             ("size_bytes", self.size_bytes >= 1024 and self.size_bytes % 4 == 0,
              "must be a multiple of 4 and at least 1024 (float32 elements)"),
@@ -73,11 +87,26 @@ class RunConfig:
         for name, ok, problem in checks:
             if not ok:
                 raise ConfigError(name, f"{problem}, got {getattr(self, name)!r}")
+        problem = routing_problem(self.topology, self.routing)
+        if problem:
+            raise ConfigError("routing", problem)
         for name, instead in (("host_rate_mbit", "link_rate_mbit"), ("mtu_bytes", "mtu_bytes")):
             if name in self.topology_params:
                 raise ConfigError(f"topology.{name}", f"set it as the run's {instead}, not "
                                   "under topology")
-        check_fits(self.fabric())  # the builder checks parameters; this, the machine's size
+        fabric = self.fabric()
+        check_fits(fabric)  # the builder checks parameters; this, the machine's size
+        if self.anycast is not None:
+            problem = anycast_problem(fabric, self.anycast, self.routing)
+            if problem:
+                raise ConfigError("anycast", problem)
+        check_tcp(self.tcp_ecn, self.tcp_cc)
+        self.ecn_settings()
+
+    def ecn_settings(self) -> EcnSettings | None:
+        """The ``ecn`` section as the queue every shaped switch port gets; None without one."""
+        return ecn_settings(self.ecn, self.link_rate_mbit, self.mtu_bytes,
+                            default_buffer_bytes(self.link_rate_mbit, self.mtu_bytes))
 
     def fabric(self):
         return build(self.topology, **self.topology_params, host_rate_mbit=self.link_rate_mbit,
@@ -137,22 +166,29 @@ def run_experiment(config: RunConfig, log=print) -> dict:
     run_id = new_run_id(config.name)
     platform = detect()
     datapath = "kernel" if platform.paths.ovs_datapath == "kernel" else "user"
+    ecn = config.ecn_settings()
+    ecn_path = (choose_ecn_path(platform, ecn.prefer_path, object_built=object_is_current())
+                if ecn is not None else None)
+    tcp = tcp_settings(config.tcp_ecn, config.tcp_cc, platform)
     t_run = time.monotonic()
     with interrupts_as_exceptions(), machine(run_id, log) as ledger:
         workdir = Path(config.results_dir) / run_id
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "config.json").write_text(json.dumps(asdict(config), indent=1))
+        if config.anycast is not None:
+            write_anycast(workdir, config.anycast)
         log(f"run {run_id}: {fabric.kind} {fabric.params}, {len(fabric.hosts)} hosts, "
             f"{len(fabric.switches)} switches, {len(fabric.links)} links at "
             f"{config.link_rate_mbit:g} Mbit/s, MTU {config.mtu_bytes}, OVS {datapath} datapath")
         summary: dict = {"run_id": run_id, "results_dir": str(workdir), "config": asdict(config),
-                         "paths": asdict(platform.paths)}
+                         "paths": asdict(platform.paths), "host_tcp": tcp.to_dict()}
         with FabricNetwork(fabric, workdir, ledger, datapath=datapath, routing=config.routing,
-                           log=log) as net:
+                           log=log, queue=ecn.queue if ecn is not None else None,
+                           ecn_path=ecn_path, host_sysctls=tcp.sysctls()) as net:
             t = net.timings
             log(f"fabric up: built in {t.build_s:.1f} s; all {len(fabric.switches)} switches "
                 f"programmed by the controller {t.programmed_s:.1f} s later")
-            summary["groups"] = check_groups(net, config.routing)
+            summary["groups"] = check_groups(net, config)
             t0 = time.monotonic()
             sent, received = net.ping_all()
             n = len(fabric.hosts)
@@ -163,22 +199,65 @@ def run_experiment(config: RunConfig, log=print) -> dict:
             if received != sent:
                 raise TestbedError(f"only {received}/{sent} reachability probes were answered; "
                                    f"see {workdir}/controller.log")
-            summary["workload"] = run_allreduce(net, config, workdir, log)
+            if config.anycast is not None:
+                summary["anycast"] = start_anycast(
+                    net, AnycastService.from_dict(config.anycast), config.routing, log)
+            with ecn_monitoring(net.marking, ecn, summary):
+                summary["workload"] = run_allreduce(net, config, workdir, log)
         summary["fabric_timings_s"] = asdict(net.timings)
+        summary["openflow"] = openflow_summary(workdir, fabric,
+                                               summary["workload"]["timed_window_monotonic_s"])
     summary["wall_s"] = time.monotonic() - t_run
     summary["plots"] = [str(p) for p in write_results(summary, workdir, fabric)]
     return summary
 
 
-def check_groups(net: FabricNetwork, routing: str) -> dict:
+def check_groups(net: FabricNetwork, config: RunConfig) -> dict:
     """Compare the select groups OVS holds with the ones the controller was to install."""
-    rules = compute_rules(net.fabric, routing)
-    expected = sum(len(r.groups) for r in rules.values())
-    found = sum(net.switchd.dump_groups(name).count("type=select") for name in rules)
+    anycast = AnycastService.from_dict(config.anycast) if config.anycast is not None else None
+    tables = FabricState(net.fabric, config.routing, anycast).tables
+    expected = sum(len(t.groups) for t in tables.values())
+    found = sum(net.switchd.dump_groups(name).count("type=select") for name in tables)
     if found != expected:
         raise TestbedError(f"OVS holds {found} select groups, the controller should have "
                            f"installed {expected}")
     return {"select_groups": found}
+
+
+def anycast_address_argv(service: AnycastService) -> list[str]:
+    """What a replica runs to hold the service address: on lo, so it answers for the address
+    but never claims it on the fabric, where the controller answers ARP for it."""
+    return ["ip", "addr", "add", f"{service.service_ip}/32", "dev", "lo"]
+
+
+def start_anycast(net: FabricNetwork, service: AnycastService, routing: str, log=print) -> dict:
+    """Give every replica the service address, then prove every host reaches the service;
+    returns which replica each host's requests should reach (controllers.anycast)."""
+    for name in service.replicas:
+        out = net.host(name).cmd(*anycast_address_argv(service))
+        if out.strip():
+            raise TestbedError(f"{name} cannot take the anycast address: {out.strip()[-200:]}")
+    hosts = [h.name for h in net.fabric.hosts]
+    answered = [name for name in hosts if service.service_ip in net.host(name).cmd(
+        "fping", "-a", "-q", "-r", "3", "-t", "1000", service.service_ip).split()]
+    log(f"anycast {service.service_ip}: replicas {', '.join(service.replicas)}; "
+        f"{len(answered)}/{len(hosts)} hosts reach it")
+    if len(answered) != len(hosts):
+        missing = sorted(set(hosts) - set(answered))
+        raise TestbedError(f"{len(missing)} hosts do not reach anycast {service.service_ip}, "
+                           f"first {missing[0]}; see {net.workdir}/controller.log")
+    routes = anycast_routes(net.fabric, service.service_ip, service.replicas, mode=routing)
+    return {**service.to_dict(), "hosts_reaching": len(answered),
+            "replica_for_host": replica_for_hosts(net.fabric, routes, service.replicas)}
+
+
+def openflow_summary(workdir: Path, fabric, window_monotonic_s: list[float]) -> dict:
+    """The controller's files, summarised: its failure events as written, and per link
+    direction the rate the switches' own port counters saw during the timed window."""
+    events = read_json_lines(workdir / EVENTS_FILE)
+    samples = port_samples(read_json_lines(workdir / PORT_STATS_FILE))
+    return {"events": events,
+            "port_counters": link_rate_summary(fabric, samples, tuple(window_monotonic_s))}
 
 
 def run_allreduce(net: FabricNetwork, config: RunConfig, workdir: Path, log=print) -> dict:
@@ -242,8 +321,8 @@ def ecmp_spread(fabric, routing: str, rates_mbit: dict[str, float]) -> dict:
         ports_to_peer[(link.a, link.a_port)] = link.b
         ports_to_peer[(link.b, link.b_port)] = link.a
     per_switch = {}
-    for name, rules in compute_rules(fabric, routing).items():
-        for ports in rules.groups.values():
+    for name, table in FabricState(fabric, routing).tables.items():
+        for ports in group_ports(table):
             loads = [rates_mbit[f"{name}->{ports_to_peer[(name, p)]}"] for p in ports]
             if sum(loads) > 0.01 * max(fabric.params["host_rate_mbit"], 1):
                 per_switch[name] = {"uplink_mbit": [round(x, 2) for x in loads],
@@ -293,6 +372,8 @@ def allreduce_summary(config, fabric, results, sampler, directions, queue_drops:
         "ecmp": ecmp_spread(fabric, config.routing, rates),
         "fidelity": verdict.to_dict(),
         "timed_window_s": [start, end],
+        "timed_window_monotonic_s": [min(r["timed_window_monotonic_s"][0] for r in results),
+                                     max(r["timed_window_monotonic_s"][1] for r in results)],
         "samples": {"t_s": sampler.series.t_s, "cpu_busy_fraction": sampler.series.cpu_busy_fraction,
                     "vswitchd_cores": sampler.series.vswitchd_cores,
                     "link_bytes": sampler.series.link_bytes},

@@ -36,6 +36,9 @@ from pathlib import Path
 from testbed import ovs
 from testbed.controller import ControllerProcess
 from testbed.errors import TestbedError
+from testbed.qos.apply import EcnMarking
+from testbed.qos.profiles import QueueConfig
+from testbed.qos.settings import SYSCTL_TCP_CC, sysctl_lines
 from testbed.state import (STATE_DIR, Ledger, kill_processes, netns_inode, process_start_ticks,
                            processes_in_netns)
 from testbed.topology.base import Fabric
@@ -59,11 +62,23 @@ OFFLOAD_FEATURE_PREFIXES = ("tx-checksum", "rx-checksum", "tx-tcp", "tx-udp-segm
 # the emulated queue (measured: 3.6% of a dragonfly ring's packets, uncounted anywhere).
 PORT_SOCKET_BUFFER_BYTES = 16 * 1024 * 1024
 SOCKET_DEFAULTS = ("/proc/sys/net/core/rmem_default", "/proc/sys/net/core/wmem_default")
+ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 # Expedited RCU grace periods while the fabric comes up and goes down. Binding and closing a
 # packet socket (one per OVS port) and moving or deleting an interface each wait for an RCU
 # grace period (synchronize_net); normal grace periods cost tens of ms each on these
 # machines, so a k=8 fat-tree's 256 ports cost seconds. Restored before any workload runs.
 FAST_RCU = {"/sys/kernel/rcu_expedited": "1"}
+
+
+def allowed_congestion_control(host_sysctls: dict[str, str]) -> dict[str, str]:
+    """The root namespace's allowed list with the hosts' congestion control added, while the
+    hosts set it: a network namespace other than the first may only make an *allowed*
+    algorithm its default (the kernel answers EPERM, seen as an I/O error, otherwise)."""
+    wanted = host_sysctls.get(SYSCTL_TCP_CC)
+    if wanted is None:
+        return {}
+    allowed = Path(ALLOWED_CC).read_text().split()
+    return {} if wanted in allowed else {ALLOWED_CC: " ".join([*allowed, wanted])}
 
 
 def socket_buffer_settings(nbytes: int) -> dict[str, str]:
@@ -99,9 +114,11 @@ def qdisc_drops(tc_json: str) -> int:
                if q.get("handle") == BUFFER_HANDLE)
 
 
-def host_script(fabric: Fabric, host: str) -> str:
+def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None) -> str:
     """Everything one host does to its end of its link, as a shell script of three processes
-    (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once."""
+    (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
+    ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
+    so they go away with it."""
     node = fabric.nodes[host]
     link, end = fabric.host_link(host)
     intf = link.intf(end)
@@ -121,6 +138,7 @@ def host_script(fabric: Fabric, host: str) -> str:
         # IPv6 off before the link comes up: no DAD or router solicitations on the fabric.
         "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6",
         "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+        *sysctl_lines(sysctls or {}),
         "ip -batch - <<'EOF'", *ip_batch, "EOF",
         f"ethtool -K {intf} {' '.join(OFFLOADS_OFF)} >/dev/null 2>&1 || true",
         *(["tc -batch - <<'EOF'", *tc_batch, "EOF"] if tc_batch else []),
@@ -174,7 +192,10 @@ class FabricNetwork:
     """A running emulation of ``fabric``; use as ``with FabricNetwork(...) as net:``."""
 
     def __init__(self, fabric: Fabric, workdir: Path, ledger: Ledger, datapath: str = "user",
-                 routing: str = "ecmp", log=print):
+                 routing: str = "ecmp", log=print, queue: QueueConfig | None = None,
+                 ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None):
+        """``queue``: the queue every shaped switch port gets (buffer, ECN marking) on
+        ``ecn_path`` (None: this machine's choice); ``host_sysctls``: set in every host."""
         self.fabric = fabric
         self.workdir = workdir
         self.ledger = ledger
@@ -186,6 +207,9 @@ class FabricNetwork:
         self.switchd: ovs.Switchd = (ovs.PrivateSwitchd(ledger, STATE_DIR / "ovs", log=log)
                                      if datapath == "user" else ovs.SystemSwitchd(ledger, log))
         self.timings = Timings()
+        self.host_sysctls = dict(host_sysctls or {})
+        self.marking = (EcnMarking(fabric, queue, ledger, ecn_path, log=log)
+                        if queue is not None else None)
 
     def __enter__(self) -> FabricNetwork:
         try:
@@ -220,6 +244,8 @@ class FabricNetwork:
                 self._configure_hosts()
                 self._disable_switch_offloads()
                 self._shape_switch_ends()
+                if self.marking is not None:
+                    self.marking.apply()
                 self.timings.build_s = time.monotonic() - t0
                 self.timings.programmed_s = self.controller.wait_programmed(set(self.bridges))
                 self._group_bridge_taps()
@@ -289,15 +315,16 @@ class FabricNetwork:
         a host shell reads commands from a terminal, whose lines are capped at 4 KiB."""
         scripts = self.workdir / "host-setup"
         scripts.mkdir(exist_ok=True)
-        for name, host in self.hosts.items():
-            path = scripts / f"{name}.sh"
-            path.write_text(host_script(self.fabric, name))
-            host.sendCmd(f"sh {path}; echo rc=$?")
         failed = []
-        for name, host in self.hosts.items():
-            out = host.waitOutput()
-            if "rc=0" not in out:
-                failed.append(f"{name}: {out.strip()[-200:]}")
+        with self.ledger.kernel_settings(allowed_congestion_control(self.host_sysctls)):
+            for name, host in self.hosts.items():
+                path = scripts / f"{name}.sh"
+                path.write_text(host_script(self.fabric, name, self.host_sysctls))
+                host.sendCmd(f"sh {path}; echo rc=$?")
+            for name, host in self.hosts.items():
+                out = host.waitOutput()
+                if "rc=0" not in out:
+                    failed.append(f"{name}: {out.strip()[-200:]}")
         if failed:
             raise TestbedError(f"host set-up failed on {len(failed)} hosts; first: {failed[0]}")
 
@@ -402,6 +429,8 @@ class FabricNetwork:
         kill_processes({pid: t for pid, t in shells.items() if t is not None}, self.log)
         self.hosts = {}
         self.switchd.stop()
+        if self.marking is not None:
+            self.marking.remove()
         self._delete_root_interfaces()
         if self.controller is not None:
             self.controller.stop()

@@ -13,12 +13,50 @@ def write_results(summary: dict, workdir: Path, fabric: Fabric) -> list[Path]:
     samples = workload.pop("samples", None)
     if samples is not None:
         (workdir / "samples.json").write_text(json.dumps(samples))
+    ecn = summary.get("ecn") or {}
+    queue_samples = ecn.pop("samples", None)
+    if queue_samples is not None:
+        (workdir / "queue_depth.json").write_text(json.dumps(queue_samples))
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
     plots = []
     if samples is not None:
         plots.append(plot_timeseries(samples, workload, fabric, workdir / "link_rates.png"))
         plots.append(plot_utilisation(workload, fabric, workdir / "link_utilisation.png"))
+    if queue_samples is not None and queue_samples["t_s"]:
+        plots.append(plot_queue_depth(queue_samples, ecn, workdir / "queue_depth.png"))
     return plots
+
+
+def busiest_ports(queue_samples: dict, most: int) -> list[str]:
+    """The ``most`` ports with the largest mean sampled queue, busiest first; idle ones left out."""
+    means = {intf: sum(d) / len(d) for intf, d in queue_samples["depth_bytes"].items() if any(d)}
+    return sorted(means, key=lambda intf: -means[intf])[:most]
+
+
+def plot_queue_depth(queue_samples: dict, ecn: dict, path: Path, most: int = 8) -> Path:
+    """Queue depth over time of the busiest switch ports, with where marking starts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = queue_samples["t_s"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for intf in busiest_ports(queue_samples, most):
+        ax.plot(t, [d / 1000 for d in queue_samples["depth_bytes"][intf]], lw=0.8, label=intf)
+    if ecn["marking_starts_bytes"] is not None:
+        ax.axhline(ecn["marking_starts_bytes"] / 1000, color="k", ls="--", lw=1,
+                   label="marking starts")
+    ax.axhline(ecn["queue"]["buffer_bytes"] / 1000, color="tab:red", ls=":", lw=1,
+               label="buffer")
+    ax.set_xlabel("time since start of sampling (s)")
+    ax.set_ylabel("queue (KB)")
+    ax.set_title(f"switch egress queues ({ecn['path']}), sampled every {ecn['sample_ms']:g} ms")
+    ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_timeseries(samples: dict, workload: dict, fabric: Fabric, path: Path) -> Path:
@@ -104,6 +142,7 @@ def format_summary(summary: dict) -> str:
         ("fidelity", f"{'TRUSTWORTHY' if f['trustworthy'] else 'NOT TRUSTWORTHY'}: "
                      f"{'; '.join(f['reasons'])}"),
         *(("note", note) for note in f.get("notes", [])),
+        *ecn_rows(summary),
         ("results", summary["results_dir"]),
     ]
     width = max(len(k) for k, _ in rows)
@@ -113,3 +152,24 @@ def format_summary(summary: dict) -> str:
 def _mean_used(util: dict) -> float:
     used = [v for v in util.values() if v > 0.01]
     return sum(used) / len(used) if used else 0.0
+
+
+def ecn_rows(summary: dict) -> list[tuple[str, str]]:
+    """Summary rows for the hosts' TCP and the switch queues' ECN marking, where configured."""
+    rows = []
+    tcp = summary.get("host_tcp")
+    if tcp and (tcp["congestion_control"] or tcp["ecn"]):
+        cc = tcp["congestion_control"] or "kernel default"
+        ecn_state = "on" if tcp["ecn"] else "off"
+        rows.append(("host TCP", f"{cc}, ECN {ecn_state} ({tcp['decided_by']})"))
+    ecn = summary.get("ecn")
+    if ecn:
+        totals, queue = ecn["totals"], ecn["queue"]
+        ect = "" if totals["ect_packets"] is None else f" of {totals['ect_packets']} ECT packets"
+        peak = ("" if totals["max_queue_bytes"] is None
+                else f"; peak queue {totals['max_queue_bytes']} B")
+        rows.append(("ECN marking", f"{ecn['path']}, {queue['ecn'] or 'no profile'}, buffer "
+                                    f"{queue['buffer_bytes']} B: {totals['marks']} CE marks"
+                                    f"{ect} on {totals['ports_marking']} ports{peak}; "
+                                    f"{totals['fifo_drops']} FIFO drops"))
+    return rows

@@ -17,7 +17,8 @@ from testbed.errors import ConfigError
 from testbed.experiment import RunConfig
 
 FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RunConfig)}
-_PY_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "dict": (dict,)}
+_PY_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "dict": (dict,),
+             "bool": (bool,), "str | None": (str, type(None)), "dict | None": (dict, type(None))}
 
 
 def load_scenario(path: str | Path) -> RunConfig:
@@ -60,7 +61,7 @@ def config_from_dict(data: dict, source: str = "scenario") -> RunConfig:
             known = ", ".join(k for k in FIELD_TYPES if k != "topology_params")
             raise ConfigError(key, f"unknown field in {source} (known: {known})")
         want = _PY_TYPES[FIELD_TYPES[key]]
-        if isinstance(value, bool) or not isinstance(value, want):
+        if isinstance(value, bool) != (bool in want) or not isinstance(value, want):
             raise ConfigError(key, f"must be {FIELD_TYPES[key]}, got {value!r}")
         kwargs[key] = value
     config = RunConfig(**kwargs)

@@ -5,8 +5,9 @@ SIGKILLed run never blocks the next one. The ledger (/run/testbed/state.json) is
 *before* each thing is created (names come from the fabric description, PIDs as processes
 start), so ``testbed clean`` or the next run can remove exactly what a killed run left and
 nothing else: processes by PID (checked against their start time, so a reused PID is never
-signalled), OVS bridges by name, interfaces by name, OVS itself only if the run started it,
-and kernel settings the run changed for a while, back to their old values.
+signalled), OVS bridges by name, interfaces by name, pinned BPF maps by path, OVS itself only
+if the run started it, and kernel settings the run changed for a while, back to their old
+values.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 LOCK_PATH = STATE_DIR / "lock"
 LEDGER_PATH = STATE_DIR / "state.json"
 KILL_GRACE_S = 3.0
+BPF_FS = Path("/sys/fs/bpf")  # clean removes recorded pins only below it
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -52,6 +54,7 @@ class Ledger:
     netns_inodes: list[int] = field(default_factory=list)
     ovs_started: bool = False
     settings: dict[str, str] = field(default_factory=dict)  # kernel setting path -> value to restore
+    pinned: list[str] = field(default_factory=list)  # BPF objects pinned under BPF_FS
 
     def save(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -91,9 +94,10 @@ class Ledger:
             restore_settings({path: self.settings.pop(path) for path in present})
             self.save()
 
-    def add_names(self, bridges=(), interfaces=()) -> None:
+    def add_names(self, bridges=(), interfaces=(), pinned=()) -> None:
         self.bridges.extend(b for b in bridges if b not in self.bridges)
         self.interfaces.extend(i for i in interfaces if i not in self.interfaces)
+        self.pinned.extend(p for p in pinned if p not in self.pinned)
         self.save()
 
     @classmethod
@@ -202,11 +206,27 @@ def existing_interfaces(names: list[str]) -> list[str]:
     return [n for n in names if os.path.exists(f"/sys/class/net/{n}")]
 
 
+def remove_pins(paths: list[str]) -> int:
+    """Unlink the recorded BPF pins that still exist below BPF_FS; returns how many. A pin
+    holds its map only while the path exists; the map goes with its last program."""
+    removed = 0
+    for path in paths:
+        path = os.path.normpath(path)  # no ".." out of BPF_FS
+        if not Path(path).is_relative_to(BPF_FS):
+            continue  # never remove anything else, whatever a ledger says
+        try:
+            os.unlink(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 def clean(ledger: Ledger, log=print) -> dict:
     """Remove everything in the ledger that still exists; returns what was removed."""
     from testbed import ovs  # local: the pure parts of this module must not need OVS
 
-    removed = {"processes": 0, "bridges": 0, "interfaces": 0}
+    removed = {"processes": 0, "bridges": 0, "interfaces": 0, "pinned": 0}
     live = {pid: t for pid, t in ledger.processes.items() if process_start_ticks(pid) == t}
     live.update(processes_in_netns(set(ledger.netns_inodes)))
     live.pop(os.getpid(), None)
@@ -221,6 +241,7 @@ def clean(ledger: Ledger, log=print) -> dict:
     for name in stale_intfs:
         subprocess.run(["ip", "link", "del", "dev", name], capture_output=True)
     removed["interfaces"] = len(stale_intfs)
+    removed["pinned"] = remove_pins(ledger.pinned)
     if ledger.ovs_started:
         ovs.stop()
     restore_settings(ledger.settings)

@@ -8,9 +8,11 @@ Two paths, chosen from the capabilities report (``testbed.capabilities``):
   2^-Wlog tc derives from ``burst``; the smallest burst tc accepts is used, so the average
   follows the queue closely, but it is not the instantaneous queue (see ``red_parameters``).
 - ``ebpf`` otherwise: ``bpf/ecn_marker.c`` as a clsact egress classifier keeps a virtual
-  copy of the port's FIFO and marks on its instantaneous backlog. Attach with tc, then
-  write the port's config entry (and zeroed state) into the pinned maps with bpftool:
+  copy of the port's FIFO and marks on its instantaneous backlog. Give the real FIFO the
+  queue's byte limit (the copy assumes it), attach with tc, then write the port's config
+  entry (and zeroed state) into the pinned maps with bpftool:
 
+    tc qdisc replace dev IF parent 5:1 handle 10: bfifo limit <buffer_bytes>
     tc qdisc replace dev IF clsact
     tc filter replace dev IF egress prio 1 handle 1 bpf da obj build/bpf/ecn_marker.o \\
         sec classifier
@@ -21,8 +23,11 @@ Two paths, chosen from the capabilities report (``testbed.capabilities``):
   shares them, keyed by ifindex (root namespace only). Pins outlive the programs: remove
   ``pinned_map_paths()`` after the last port is detached, or a later run inherits them.
 
-OVS takes over a port by clearing its qdiscs, so either plan is applied after the port
-joins its bridge, as the HTB shaping already is.
+``fabric_marking_plan`` gathers every port's commands into one ``tc -batch`` and (eBPF) one
+``bpftool batch``, run in that order after ``testbed.fabric.shaping_commands``. The ports
+join their bridges with OVS's ``linux-noop`` QoS, so OVS leaves the root qdisc alone; OVS
+does delete a port's ingress qdisc when it configures policing, but by kind ("ingress"),
+which the kernel refuses for a clsact, so the marker's hook survives too.
 """
 from __future__ import annotations
 
@@ -33,7 +38,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path, PurePosixPath
 
-from testbed.capabilities import Platform
+from testbed.capabilities import (
+    ECN_PATH_EBPF,
+    ECN_PATH_NEEDS,
+    ECN_PATH_RED,
+    Platform,
+    missing_capabilities,
+)
 from testbed.errors import ConfigError, TestbedError
 from testbed.qos.profiles import (
     U32_MAX,
@@ -45,9 +56,7 @@ from testbed.qos.profiles import (
 )
 from testbed.topology.checks import check_count, check_mtu, check_rate
 
-ECN_PATH_RED = "red-qdisc"  # the values of testbed.capabilities.Paths.ecn_marking
-ECN_PATH_EBPF = "ebpf"
-ECN_PATHS = (ECN_PATH_RED, ECN_PATH_EBPF)
+ECN_PATHS = (ECN_PATH_RED, ECN_PATH_EBPF)  # the values of testbed.capabilities.Paths.ecn_marking
 
 # Where testbed.fabric.shaping_commands puts a port's buffer: HTB class 5:1, child 10:.
 HTB_CLASS = "5:1"
@@ -290,16 +299,30 @@ def red_parameters(profile: EcnProfile, mtu_bytes: int) -> RedParameters:
     return RedParameters(qmin, qmax, probability, mtu_bytes, burst, wlog)
 
 
+def buffer_command(intf: str, buffer_bytes: int, parent: str = HTB_CLASS,
+                   handle: str = BUFFER_HANDLE) -> list[str]:
+    """The tc command setting ``intf``'s drop-tail buffer to ``buffer_bytes`` (a bfifo under
+    the HTB class, as ``testbed.fabric.shaping_commands`` makes it)."""
+    return ["tc", "qdisc", "replace", "dev", intf, "parent", parent, "handle", handle, "bfifo",
+            "limit", str(buffer_bytes)]
+
+
 def red_commands(intf: str, rate_mbit: float, queue: QueueConfig, mtu_bytes: int,
                  parent: str = HTB_CLASS, handle: str = BUFFER_HANDLE) -> list[list[str]]:
-    """The tc command replacing ``intf``'s bfifo with a RED-ECN qdisc of the same byte limit;
-    none for a queue without ECN (the bfifo stays). ``nodrop`` keeps non-ECT packets over
-    the thresholds queued, as the eBPF path does: only the byte limit drops."""
+    """The tc commands replacing ``intf``'s bfifo with a RED-ECN qdisc of the queue's byte
+    limit and the same handle (so its drops count as the buffer's); none for a queue without
+    ECN (the bfifo stays). ``nodrop`` keeps non-ECT packets over the thresholds queued, as
+    the eBPF path does: only the byte limit drops.
+
+    Delete, then add: a ``replace`` naming the bfifo's own handle with another kind is a
+    parameter change, which the kernel refuses ("Invalid qdisc name"). In one tc batch the
+    class is without a child for microseconds, at bring-up, before any traffic."""
     if queue.ecn is None:
         return []
     check_rate("rate_mbit", rate_mbit)
     red = red_parameters(queue.ecn, mtu_bytes)
-    return [["tc", "qdisc", "replace", "dev", intf, "parent", parent, "handle", handle, "red",
+    return [["tc", "qdisc", "del", "dev", intf, "parent", parent, "handle", handle],
+            ["tc", "qdisc", "add", "dev", intf, "parent", parent, "handle", handle, "red",
              "limit", str(queue.buffer_bytes), "min", str(red.min_bytes),
              "max", str(red.max_bytes), "avpkt", str(red.avpkt_bytes), "burst", str(red.burst),
              "probability", repr(red.probability), "bandwidth", f"{rate_mbit}mbit",
@@ -313,18 +336,16 @@ def choose_ecn_path(report: Platform, prefer: str | None = None,
                     object_built: bool = False) -> str:
     """The marking path for this machine: the capabilities report's choice, or ``prefer``
     (e.g. the eBPF path on a kernel with RED, to compare the two) when the machine can take
-    it. The eBPF path needs cls_bpf, and clang unless the object is already built."""
+    it. Each path needs what ``testbed.capabilities.ECN_PATH_NEEDS`` lists, the eBPF path
+    clang only while the object is not built."""
     if prefer is not None and prefer not in ECN_PATHS:
         raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {prefer!r}")
     path = prefer or report.paths.ecn_marking
     way = "RED qdisc" if path == ECN_PATH_RED else "eBPF"
-    needed = ("sch_red",) if path == ECN_PATH_RED else (
-        ("cls_bpf", "tc") + (() if object_built else ("clang",)))
-    for name in needed:
-        cap = report.capabilities.get(name)
-        if cap is None or not cap.available:
-            detail = cap.detail if cap is not None else f"{name} was not probed"
-            raise TestbedError(f"ECN marking by {way} is not possible here: {detail}")
+    needed = [name for name in ECN_PATH_NEEDS[path] if not (object_built and name == "clang")]
+    lacking = missing_capabilities(report.capabilities, needed)
+    if lacking:
+        raise TestbedError(f"ECN marking by {way} is not possible here: {lacking[0].detail}")
     return path
 
 
@@ -338,3 +359,74 @@ def marking_commands(path: str, intf: str, ifindex: int, rate_mbit: float, queue
         return (ebpf_attach_commands(intf, obj)
                 + ebpf_config_commands(ifindex, marker_config(rate_mbit, queue)))
     raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
+
+
+# --- a whole fabric ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Port:
+    """A shaped switch port to mark on: its interface (root namespace), ifindex and rate."""
+
+    intf: str
+    ifindex: int
+    rate_mbit: float
+
+
+@dataclass(frozen=True)
+class MarkingPlan:
+    """Everything that puts a queue on a fabric's ports: one ``tc -batch`` first (it creates
+    and pins the marker's maps on the eBPF path), then one ``bpftool batch`` that fills them."""
+
+    tc: list[list[str]]
+    bpftool: list[list[str]]
+
+    def tc_batch(self) -> str:
+        return batch_input(self.tc, "tc")
+
+    def bpftool_batch(self) -> str:
+        return batch_input(self.bpftool, "bpftool") if self.bpftool else ""
+
+
+def fabric_marking_plan(path: str, ports: Sequence[Port], queue: QueueConfig, mtu_bytes: int,
+                        obj: Path = BPF_OBJECT) -> MarkingPlan:
+    """The plan giving every port in ``ports`` (in their order) ``queue``: its byte buffer
+    and its marking on ``path``. On the eBPF path a queue without ECN still gets the marker,
+    in MODE_OFF, which counts and samples the queue; on the RED path it keeps a bfifo."""
+    if path not in ECN_PATHS:
+        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
+    if not ports:
+        raise ConfigError("ecn", "needs shaped links: no switch port has a rate to queue at")
+    tc: list[list[str]] = []
+    bpftool: list[list[str]] = []
+    for port in ports:
+        if path == ECN_PATH_RED and queue.ecn is not None:
+            tc += red_commands(port.intf, port.rate_mbit, queue, mtu_bytes)
+            continue
+        tc.append(buffer_command(port.intf, queue.buffer_bytes))
+        if path == ECN_PATH_EBPF:
+            tc += ebpf_attach_commands(port.intf, obj)
+            bpftool += ebpf_config_commands(port.ifindex, marker_config(port.rate_mbit, queue))
+    return MarkingPlan(tc, bpftool)
+
+
+def counter_reset_commands(ifindexes: Iterable[int]) -> list[list[str]]:
+    """bpftool commands zeroing the counters of ports ``ifindexes`` (the virtual queue runs
+    on; a packet counted while this runs may be lost from the new totals)."""
+    zero = pack_value(COUNTERS_LAYOUT, {})
+    return [map_update_command("ecn_counters", ifindex, zero) for ifindex in ifindexes]
+
+
+def parse_buffer_stats(tc_json: str, handle: str = BUFFER_HANDLE) -> dict[str, dict]:
+    """``tc -s -j qdisc show`` output -> {interface: stats of its buffer qdisc (``handle``)}:
+    kind, packets sent, drops, backlog in bytes, and for RED its ``marked`` count."""
+    stats = {}
+    for qdisc in json.loads(tc_json or "[]"):
+        if qdisc.get("handle") != handle or "dev" not in qdisc:
+            continue
+        entry = {"kind": qdisc.get("kind"), "packets": qdisc.get("packets", 0),
+                 "drops": qdisc.get("drops", 0), "backlog_bytes": qdisc.get("backlog", 0)}
+        if "marked" in qdisc:
+            entry["marked"] = qdisc["marked"]
+        stats[qdisc["dev"]] = entry
+    return stats

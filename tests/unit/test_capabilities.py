@@ -26,6 +26,7 @@ ALL_CAPABILITY_NAMES = [
     "ovs_kernel_module", "sch_red", "sch_netem", "sch_htb", "sch_tbf", "cls_bpf", "act_mirred",
     "bpf_jit", "tcp_dctcp", "tcp_cubic", "rdma_rxe", "ip_route_multipath",
     "ovs_vswitchd", "mininet", "iperf3", "tcpdump", "tshark", "clang", "ethtool", "tc",
+    "bpftool",
 ]
 
 ALL_TOOLS = {command: True for command in TOOL_COMMANDS.values()}

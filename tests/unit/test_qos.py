@@ -394,7 +394,7 @@ def stock_platform(**tools) -> Platform:
 
 
 def _platform(kconfig: dict[str, str], tools: dict[str, bool]) -> Platform:
-    present = {"tc": True, "clang": True, **tools}
+    present = {"tc": True, "clang": True, "bpftool": True, **tools}
     caps = probe_capabilities(kconfig, set(), set(), set(), present)
     return Platform("test", caps, choose_paths(caps))
 
@@ -410,6 +410,8 @@ def test_the_path_follows_the_capabilities_report():
     (dev_vm_platform(), "red-qdisc", errors.TestbedError),
     (dev_vm_platform(clang=False), None, errors.TestbedError),
     (dev_vm_platform(tc=False), None, errors.TestbedError),
+    (dev_vm_platform(bpftool=False), None, errors.TestbedError),
+    (stock_platform(tc=False), None, errors.TestbedError),
     (_platform({"CONFIG_NET_CLS_BPF": "n"}, {}), None, errors.TestbedError),
     (dev_vm_platform(), "pie", ConfigError),
 ])
@@ -472,14 +474,17 @@ def test_ebpf_plan_attaches_then_writes_the_port_entry_last():
 
 def test_red_plan_replaces_the_buffer_with_red_ecn():
     queue = QueueConfig(625_000, RedEcn(3_000, 9_000, 0.01))
-    (argv,) = marking_commands("red-qdisc", "s1-eth2", 42, 100, queue, MTU)
-    assert argv[:10] == ["tc", "qdisc", "replace", "dev", "s1-eth2", "parent", "5:1",
+    delete, argv = marking_commands("red-qdisc", "s1-eth2", 42, 100, queue, MTU)
+    # A replace with the bfifo's own handle and another kind is refused by the kernel
+    # ("Invalid qdisc name"): the buffer goes, and RED comes under the same handle.
+    assert delete == ["tc", "qdisc", "del", "dev", "s1-eth2", "parent", "5:1", "handle", "10:"]
+    assert argv[:10] == ["tc", "qdisc", "add", "dev", "s1-eth2", "parent", "5:1",
                          "handle", "10:", "red"]
     options = dict(zip(argv[10::2], argv[11::2]))
     assert options["limit"] == "625000" and options["min"] == "3000" and options["max"] == "9000"
     assert options["probability"] == "0.01" and options["bandwidth"] == "100mbit"
     assert argv[-2:] == ["ecn", "nodrop"]
-    (argv,) = red_commands("s1-eth2", 100, QueueConfig(625_000, StepEcn(30_000)), MTU)
+    _, argv = red_commands("s1-eth2", 100, QueueConfig(625_000, StepEcn(30_000)), MTU)
     options = dict(zip(argv[10::2], argv[11::2]))
     assert (options["min"], options["max"], options["probability"]) == ("30000", "30001", "1.0")
     assert red_commands("s1-eth2", 100, QueueConfig(625_000), MTU) == []

@@ -1,0 +1,159 @@
+"""ECN marking on a live fabric, on whichever path this machine takes (RED qdisc or the eBPF
+marker): two TCP flows from l0h0 and l0h1 converge on l0h2 through one leaf port, l0-eth3,
+shaped to 20 Mbit/s with a step at K = 30 KB (the Mininet-HiFi DCTCP set-up, scaled down).
+
+    l0h0 --\\
+            l0 --(l0-eth3, 20 Mbit/s, K = 30 KB)--> l0h2
+    l0h1 --/
+
+With ECN the port marks CE, the receiver counts CE-marked packets, and the queue stays near
+K; the same flows without ECN (cubic, loss-based) fill the drop-tail buffer until it drops.
+Every tolerance is named below. Needs root; runs alone (one emulation per machine)."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from testbed.capabilities import detect
+from testbed.fabric import FabricNetwork, default_buffer_bytes
+from testbed.qos.apply import EcnMarking
+from testbed.qos.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
+from testbed.qos.monitor import counter_delta, percentile, queue_sampling
+from testbed.qos.profiles import QueueConfig, StepEcn
+from testbed.qos.settings import tcp_settings
+from testbed.topology import build
+
+RATE_MBIT = 20.0
+MTU = 1500
+K_BYTES = 30_000
+BUFFER_BYTES = default_buffer_bytes(RATE_MBIT, MTU)  # 50 ms at 20 Mbit/s: 125000 B
+SENDERS = ("l0h0", "l0h1")
+RECEIVER = "l0h2"
+BOTTLENECK = "l0-eth3"  # the leaf's port to the receiver
+BASE_PORT = 5311
+FLOW_S = 12
+FLOW_TIMEOUT_S = FLOW_S + 20
+SERVER_START_S = 0.5
+SS_AFTER_S = 3.0  # into the flows: connections are established and sending
+SAMPLE_INTERVAL_S = 0.010  # queue depth every 10 ms, as mininet-tests/dctcp sampled
+# Judged window: after slow start (whose overshoot past K comes before the first marks take
+# effect, one RTT late) and before the flows wind down.
+WARMUP_S = 3.0
+END_MARGIN_S = 1.0
+MIN_JUDGED_SAMPLES = 200  # of the ~800 the window holds at 10 ms: the sampler kept up
+
+# With ECN:
+NEAR_K_TOLERANCE_BYTES = 3 * MTU  # senders react one RTT after a mark: a few frames above K
+NEAR_K_FRACTION = 0.90  # of judged samples at or under K + tolerance ("most of the time")
+REACHES_K_TOLERANCE_BYTES = 3 * MTU  # p99 of the queue gets this close to K: marking did
+                                     # not start far below it
+CE_DELIVERED_FRACTION = 0.90  # of the marks at the port, CE packets counted by the receiver
+ECT_FRACTION = 0.95  # of the packets offered to the port, ECT ones (eBPF path counts them):
+                     # all data; SYNs, retransmissions and the control connection's pure
+                     # ACKs go out Not-ECT
+GOODPUT_FRACTION = 0.85  # both flows together keep the bottleneck this busy
+ECN_FIFO_DROPS_MAX = 0  # marking, not dropping, holds the queue
+# Without ECN:
+ABOVE_K_FRACTION_DROPTAIL = 0.50  # of judged samples above K + tolerance
+FULL_BUFFER_TOLERANCE_BYTES = MTU  # the marker's peak virtual queue is within a frame of
+                                   # the buffer (eBPF path: a frame that does not fit drops)
+
+
+def fabric():
+    return build("spineleaf", leaves=1, spines=1, hosts_per_leaf=3, host_rate_mbit=RATE_MBIT,
+                 mtu_bytes=MTU)
+
+
+def netstat_counter(text: str, group: str, name: str) -> int:
+    """One counter of /proc/net/netstat (pairs of lines: ``Group: names``, ``Group: values``)."""
+    lines = [line.split() for line in text.splitlines() if line.startswith(f"{group}:")]
+    names, values = lines[0][1:], lines[1][1:]
+    return int(values[names.index(name)])
+
+
+def received_ce(net) -> int:
+    """IP packets the receiver has taken in with CE set (its own namespace's IpExt counters)."""
+    return netstat_counter(net.host(RECEIVER).cmd("cat", "/proc/net/netstat"), "IpExt",
+                           "InCEPkts")
+
+
+def run_flows(net, marking: EcnMarking) -> dict:
+    """Both flows for FLOW_S with the bottleneck's queue sampled; counters over the flows."""
+    receiver_ip = net.fabric.nodes[RECEIVER].ip
+    server = net.host(RECEIVER)
+    for i, _ in enumerate(SENDERS):
+        server.cmd("iperf3", "-s", "-D", "-1", "-p", str(BASE_PORT + i))
+    time.sleep(SERVER_START_S)
+    before, ce_before = marking.counters(), received_ce(net)
+    with queue_sampling(marking.queue_depths, [BOTTLENECK], SAMPLE_INTERVAL_S) as series:
+        clients = [net.popen(sender, ["iperf3", "-c", receiver_ip, "-p", str(BASE_PORT + i),
+                                      "-t", str(FLOW_S), "-J"])
+                   for i, sender in enumerate(SENDERS)]
+        time.sleep(SS_AFTER_S)
+        sender_ss = net.host(SENDERS[0]).cmd("ss", "-tin", "dst", receiver_ip)
+        receiver_ss = server.cmd("ss", "-tin", "src", receiver_ip)
+        outputs = [proc.communicate(timeout=FLOW_TIMEOUT_S)[0] for proc in clients]
+    counters = counter_delta(before, marking.counters())[BOTTLENECK]
+    judged = [d for t, d in zip(series.t_s, series.depth_bytes[BOTTLENECK])
+              if WARMUP_S <= t <= FLOW_S - END_MARGIN_S]
+    mbit = sum(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+               for out in outputs)
+    return {"counters": counters, "ce_received": received_ce(net) - ce_before,
+            "judged": judged, "sampler_error": series.error, "mbit": mbit,
+            "sender_ss": sender_ss, "receiver_ss": receiver_ss}
+
+
+def pins_left() -> list[Path]:
+    return [Path(p) for p in pinned_map_paths() if Path(p).exists()]
+
+
+def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]:
+    """Bring the fabric up with ``queue`` on its switch ports and ``tcp`` on its hosts, run
+    the flows, tear it down; returns the bottleneck's counters and a context for messages.
+    Checks what every run must: the pins are gone, and the sampler kept up."""
+    with FabricNetwork(fabric(), workdir, ledger, log=lambda m: None, queue=queue,
+                       host_sysctls=tcp.sysctls()) as net:
+        result = run_flows(net, net.marking)
+        result["path"] = net.marking.path
+    context = {"tcp": tcp.congestion_control, **{k: v for k, v in result.items()
+                                                 if k != "judged"}}
+    assert pins_left() == [], context
+    assert result["sampler_error"] is None, context
+    assert len(result["judged"]) >= MIN_JUDGED_SAMPLES, context
+    return result, context
+
+
+def test_ecn_marks_near_k_and_the_receiver_sees_ce(ledger, tmp_path):
+    tcp = tcp_settings(True, "auto", detect())  # dctcp where the kernel has it, else cubic
+    result, context = measure(ledger, tmp_path, QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)), tcp)
+    c, judged = result["counters"], result["judged"]
+    # CE marks made, delivered to the receiver (IpExtInCEPkts) and echoed back to the senders
+    # (ss's delivered_ce: data the peer acknowledged with ECE), so ECN was negotiated
+    echoed = sum(int(n) for n in re.findall(r"delivered_ce:(\d+)", result["sender_ss"]))
+    assert echoed > 0, context
+    assert c["marks"] > 0, context
+    assert CE_DELIVERED_FRACTION * c["marks"] <= result["ce_received"] <= c["marks"], context
+    if result["path"] == ECN_PATH_EBPF:
+        assert c["ect_packets"] >= ECT_FRACTION * c["offered_packets"], context
+    # the queue stays near K, and gets there: marking starts at K, not below it
+    near_k = sum(d <= K_BYTES + NEAR_K_TOLERANCE_BYTES for d in judged) / len(judged)
+    assert near_k >= NEAR_K_FRACTION, (near_k, context)
+    assert percentile(judged, 99) >= K_BYTES - REACHES_K_TOLERANCE_BYTES, context
+    # by marking instead of dropping, at full speed
+    assert c["fifo_drops"] <= ECN_FIFO_DROPS_MAX, context
+    assert result["mbit"] >= GOODPUT_FRACTION * RATE_MBIT, context
+
+
+def test_drop_tail_without_ecn_fills_the_buffer(ledger, tmp_path):
+    tcp = tcp_settings(False, "cubic", detect())  # loss-based, no ECN
+    result, context = measure(ledger, tmp_path, QueueConfig(BUFFER_BYTES), tcp)  # no profile
+    c, judged = result["counters"], result["judged"]
+    assert c["marks"] == 0 and result["ce_received"] == 0, context
+    assert c["fifo_drops"] > 0, context  # a bfifo drops only when full
+    above = sum(d > K_BYTES + NEAR_K_TOLERANCE_BYTES for d in judged) / len(judged)
+    assert above >= ABOVE_K_FRACTION_DROPTAIL, (above, context)
+    if result["path"] == ECN_PATH_EBPF:
+        assert c["ect_packets"] == 0, context
+        assert c["max_queue_bytes"] >= BUFFER_BYTES - FULL_BUFFER_TOLERANCE_BYTES, context

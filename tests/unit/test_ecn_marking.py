@@ -1,0 +1,625 @@
+"""ECN marking wired into a run, without root: the ``ecn`` / ``tcp_ecn`` / ``tcp_cc`` config
+from YAML, the hosts' sysctls, the plan of commands for a whole fabric and the order the
+apply layer runs them in (with the commands faked), the ledger's record of pinned maps,
+and the summary a run writes. Nothing here touches /sys/fs/bpf, tc or a namespace."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import testbed.errors as errors
+import testbed.qos.apply as apply
+import testbed.state as state
+from test_report import make_summary, rows
+from testbed.capabilities import (
+    IMPLEMENTED_FEATURES,
+    Platform,
+    choose_paths,
+    format_report,
+    probe_capabilities,
+)
+from testbed.errors import ConfigError
+from testbed.fabric import default_buffer_bytes, host_script
+from testbed.qos.ecn_plan import (
+    BPF_SOURCE,
+    CONFIG_LAYOUT,
+    MODE_OFF,
+    MODE_STEP,
+    Port,
+    fabric_marking_plan,
+    parse_buffer_stats,
+    unpack_value,
+)
+from testbed.qos.monitor import (
+    QueueSeries,
+    counter_delta,
+    counter_totals,
+    depth_stats,
+    depths_from_qdepth,
+    ecn_report,
+    percentile,
+    port_counters,
+    queue_sampling,
+)
+from testbed.qos.profiles import QueueConfig, RedEcn, StepEcn
+from testbed.qos.settings import (
+    EcnSettings,
+    ecn_settings,
+    queue_record,
+    sysctl_lines,
+    tcp_settings,
+)
+from testbed.report import format_summary, write_results
+from testbed.scenario import load_scenario
+from testbed.state import Ledger, clean
+from testbed.topology import build
+
+RATE_MBIT = 20.0
+MTU = 1500
+BUFFER_BYTES = default_buffer_bytes(RATE_MBIT, MTU)  # 50 ms at 20 Mbit/s: 125000 B
+K_BYTES = 30_000
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SAMPLE_INTERVAL_S = 0.002
+SAMPLING_WINDOW_S = 0.05
+MIN_SAMPLES = 5  # of the 25 a 50 ms window holds at 2 ms, on a loaded CI machine
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch) -> Path:
+    """The run ledger in a temporary folder, never /run/testbed."""
+    folder = tmp_path / "state"
+    monkeypatch.setattr(state, "STATE_DIR", folder)
+    monkeypatch.setattr(state, "LOCK_PATH", folder / "lock")
+    monkeypatch.setattr(state, "LEDGER_PATH", folder / "state.json")
+    return folder
+
+
+def three_hosts_one_leaf():
+    """l0h0, l0h1 and l0h2 on leaf l0 (ports 1..3), one spine on port 4."""
+    return build("spineleaf", leaves=1, spines=1, hosts_per_leaf=3, host_rate_mbit=RATE_MBIT,
+                 mtu_bytes=MTU)
+
+
+def platform(kconfig: dict[str, str] | None = None, **tools) -> Platform:
+    """A machine: the dev VM's kernel (no RED, no DCTCP) unless ``kconfig`` says otherwise;
+    every tool present unless named False."""
+    config = kconfig or {"CONFIG_MODULES": "n", "CONFIG_NET_SCH_RED": "n",
+                         "CONFIG_NET_CLS_BPF": "y", "CONFIG_TCP_CONG_DCTCP": "n",
+                         "CONFIG_TCP_CONG_CUBIC": "y"}
+    present = {name: True for name in ("tc", "clang", "bpftool")} | tools
+    caps = probe_capabilities(config, set(), set(), {"reno", "cubic"}, present)
+    return Platform("test", caps, choose_paths(caps))
+
+
+STOCK_KERNEL = {"CONFIG_NET_SCH_RED": "y", "CONFIG_NET_CLS_BPF": "y", "CONFIG_TCP_CONG_DCTCP": "y",
+                "CONFIG_TCP_CONG_CUBIC": "y"}
+
+
+def scenario(tmp_path, text: str):
+    path = tmp_path / "run.yaml"
+    path.write_text("topology: {name: spineleaf, leaves: 1, spines: 1, hosts_per_leaf: 3}\n"
+                    f"link_rate_mbit: {RATE_MBIT}\nmtu_bytes: {MTU}\n" + text)
+    return load_scenario(path)
+
+
+# --- config from YAML -------------------------------------------------------------------------
+
+
+def test_step_profile_from_yaml(tmp_path):
+    config = scenario(tmp_path, "ecn: {profile: step, k_bytes: 30000}\ntcp_ecn: true\n")
+    settings = config.ecn_settings()
+    assert settings.queue == QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
+    assert settings.scaling is None and settings.prefer_path is None
+    assert settings.sample_ms == 10.0
+    assert config.tcp_ecn is True and config.tcp_cc is None
+
+
+def test_red_profile_with_buffer_path_and_sampling_from_yaml(tmp_path):
+    config = scenario(tmp_path, "ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000, "
+                                "pmax: 0.01, buffer_bytes: 90000, path: ebpf, sample_ms: 0}\n"
+                                "tcp_cc: auto\n")
+    settings = config.ecn_settings()
+    assert settings.queue == QueueConfig(90_000, RedEcn(5_000, 60_000, 0.01))
+    assert (settings.prefer_path, settings.sample_ms) == ("ebpf", 0.0)
+    assert config.tcp_cc == "auto"
+
+
+def test_schemes_take_scaled_defaults_and_keep_the_record(tmp_path):
+    settings = scenario(tmp_path, "ecn: {scheme: dctcp}\n").ecn_settings()
+    # 20 packets at 1 Gbit/s scaled to 20 Mbit/s is 600 B, under the floor of two frames.
+    assert settings.queue.ecn == StepEcn(2 * MTU)
+    (k_record,) = settings.scaling["ecn"]
+    assert k_record["decided_by"] == "frames" and k_record["emulated_rate_mbit"] == RATE_MBIT
+    settings = scenario(tmp_path, "ecn: {scheme: dcqcn}\n").ecn_settings()
+    assert isinstance(settings.queue.ecn, RedEcn)
+    assert settings.queue.pfc is None and "pfc" not in settings.scaling  # no pausing yet
+    json.dumps(settings.scaling)
+    settings = scenario(tmp_path, "ecn: {scheme: dctcp, rtt_s: 0.1}\n").ecn_settings()
+    assert settings.queue.ecn.k_bytes == int(RATE_MBIT * 1e6 / 8 * 0.1 / 7) + 1
+
+
+INVALID_SECTIONS = [
+    # (YAML, field named in the one-line error)
+    ("ecn: {profile: step}", "ecn.k_bytes"),
+    ("ecn: {profile: step, k_bytes: 30000.5}", "ecn.k_bytes"),
+    ("ecn: {profile: step, k_bytes: 0}", "ecn.k_bytes"),
+    ("ecn: {profile: step, k_bytes: 125000}", "ecn.k_bytes"),  # at the buffer: never marks
+    ("ecn: {profile: step, k_bytes: 30000, pmax: 0.1}", "ecn.pmax"),
+    ("ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000}", "ecn.pmax"),
+    ("ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000, pmax: 2}", "ecn.pmax"),
+    ("ecn: {profile: red, kmin_bytes: 60000, kmax_bytes: 5000, pmax: 0.1}", "ecn.kmin_bytes"),
+    ("ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.1}", "ecn.kmax_bytes"),
+    ("ecn: {profile: pie, k_bytes: 30000}", "ecn.profile"),
+    ("ecn: {scheme: timely}", "ecn.scheme"),
+    ("ecn: {scheme: dcqcn, rtt_s: 0.001}", "ecn.rtt_s"),
+    ("ecn: {scheme: dctcp, k_bytes: 30000}", "ecn.k_bytes"),
+    ("ecn: {scheme: dctcp, profile: step, k_bytes: 30000}", "ecn"),
+    ("ecn: {buffer_bytes: 90000}", "ecn"),
+    ("ecn: {profile: step, k_bytes: 30000, buffer_bytes: 0}", "ecn.buffer_bytes"),
+    ("ecn: {profile: step, k_bytes: 30000, path: pie}", "ecn.path"),
+    ("ecn: {profile: step, k_bytes: 30000, sample_ms: -1}", "ecn.sample_ms"),
+    ("ecn: {profile: step, k_bytes: 30000, sample_ms: true}", "ecn.sample_ms"),
+    ("ecn: {profile: step, k_bytes: 30000, kbytes: 1}", "ecn.kbytes"),
+    ("ecn: [step, 30000]", "ecn"),
+    ("tcp_ecn: 1", "tcp_ecn"),
+    ("tcp_ecn: 'on'", "tcp_ecn"),
+    ("tcp_cc: bbr", "tcp_cc"),
+    ("tcp_cc: 3", "tcp_cc"),
+]
+
+
+@pytest.mark.parametrize(("text", "field"), INVALID_SECTIONS,
+                         ids=[text for text, _ in INVALID_SECTIONS])
+def test_invalid_settings_are_one_line_errors_naming_the_field(tmp_path, text, field):
+    with pytest.raises(ConfigError) as err:
+        scenario(tmp_path, text + "\n")
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def test_no_section_is_no_marking(tmp_path):
+    config = scenario(tmp_path, "ecn: null\ntcp_cc: null\n")
+    assert config.ecn_settings() is None
+    assert ecn_settings(None, RATE_MBIT, MTU, BUFFER_BYTES) is None
+
+
+# --- host TCP ---------------------------------------------------------------------------------
+
+
+def test_auto_takes_the_best_congestion_control_the_machine_has_and_turns_ecn_on():
+    tcp = tcp_settings(False, "auto", platform())
+    assert (tcp.congestion_control, tcp.ecn) == ("cubic", True)
+    assert tcp.sysctls() == {"net.ipv4.tcp_ecn": "1", "net.ipv4.tcp_congestion_control": "cubic"}
+    assert "cubic+ecn" in tcp.decided_by
+    assert tcp_settings(False, "auto", platform(STOCK_KERNEL)).congestion_control == "dctcp"
+
+
+def test_a_named_congestion_control_is_taken_as_asked_or_refused():
+    with pytest.raises(ConfigError) as err:
+        tcp_settings(True, "dctcp", platform())
+    assert err.value.field == "tcp_cc" and "CONFIG_TCP_CONG_DCTCP not set" in str(err.value)
+    dctcp = tcp_settings(False, "dctcp", platform(STOCK_KERNEL))
+    assert dctcp.ecn  # DCTCP negotiates ECN by itself
+    assert tcp_settings(False, "reno", platform()).sysctls() == {
+        "net.ipv4.tcp_congestion_control": "reno"}
+    assert tcp_settings(True, None, platform()).sysctls() == {"net.ipv4.tcp_ecn": "1"}
+    assert tcp_settings(False, None, platform()).sysctls() == {}
+    record = tcp_settings(True, "cubic", platform()).to_dict()
+    assert record["requested"] == record["congestion_control"] == "cubic"
+    assert record["sysctls"]["net.ipv4.tcp_ecn"] == "1"
+
+
+def test_host_script_sets_the_sysctls_in_the_hosts_namespace_before_the_link_comes_up():
+    fabric = three_hosts_one_leaf()
+    plain = host_script(fabric, "l0h0")
+    assert "tcp_ecn" not in plain and "congestion" not in plain
+    script = host_script(fabric, "l0h0", {"net.ipv4.tcp_ecn": "1",
+                                          "net.ipv4.tcp_congestion_control": "cubic"})
+    lines = script.splitlines()
+    assert lines.index("echo 1 > /proc/sys/net/ipv4/tcp_ecn") < lines.index("ip -batch - <<'EOF'")
+    assert "echo cubic > /proc/sys/net/ipv4/tcp_congestion_control" in lines
+    assert [line for line in lines if line not in sysctl_lines(
+        {"net.ipv4.tcp_ecn": "1", "net.ipv4.tcp_congestion_control": "cubic"})] \
+        == plain.splitlines()
+
+
+@pytest.mark.parametrize("setting", [{"net.ipv4.tcp_ecn": "1; reboot"},
+                                     {"net/ipv4/tcp_ecn": "1"}, {"../../x": "1"},
+                                     {"net.ipv4.tcp_ecn": ""}])
+def test_sysctls_that_are_not_plain_words_are_refused(setting):
+    with pytest.raises(ValueError):
+        sysctl_lines(setting)
+
+
+# --- the plan for a fabric --------------------------------------------------------------------
+
+IFINDEX_BASE = 40
+
+
+def ports_of(fabric) -> list[Port]:
+    names = [intf for _, _, intf, _ in fabric.switch_ends()]
+    return apply.shaped_ports(fabric, lambda intf: IFINDEX_BASE + names.index(intf))
+
+
+def test_every_shaped_switch_port_is_planned_in_fabric_order():
+    fabric = three_hosts_one_leaf()
+    ports = ports_of(fabric)
+    assert [p.intf for p in ports] == ["l0-eth1", "l0-eth2", "l0-eth3", "l0-eth4", "s0-eth1"]
+    assert [p.ifindex for p in ports] == [40, 41, 42, 43, 44]
+    assert apply.shaped_ports(build("line", switches=2), lambda intf: 1) == []  # unshaped
+
+
+def test_ebpf_plan_sizes_the_buffer_then_attaches_then_configures_every_port():
+    fabric = three_hosts_one_leaf()
+    ports = ports_of(fabric)
+    queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
+    obj = Path("/opt/tb/ecn_marker.o")
+    plan = fabric_marking_plan("ebpf", ports, queue, MTU, obj)
+    lines = plan.tc_batch().splitlines()
+    assert len(lines) == 3 * len(ports)
+    for i, port in enumerate(ports):
+        assert lines[3 * i:3 * i + 3] == [
+            f"qdisc replace dev {port.intf} parent 5:1 handle 10: bfifo limit {BUFFER_BYTES}",
+            f"qdisc replace dev {port.intf} clsact",
+            f"filter replace dev {port.intf} egress prio 1 handle 1 bpf da obj {obj} "
+            "sec classifier"]
+    # per port: zeroed state, counters and sample, then the config that switches it on
+    assert len(plan.bpftool) == 4 * len(ports)
+    for i, port in enumerate(ports):
+        group = plan.bpftool[4 * i:4 * i + 4]
+        assert [argv[4].rsplit("/", 1)[1] for argv in group] == [
+            "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_config"]
+        key = group[-1][group[-1].index("key") + 2:][:4]
+        assert bytes(int(b, 16) for b in key) == port.ifindex.to_bytes(4, "little")
+        start = group[-1].index("value") + 2
+        config = unpack_value(CONFIG_LAYOUT, bytes(int(b, 16) for b in group[-1][start:]))
+        assert config["mode"] == MODE_STEP and config["k_bytes"] == K_BYTES
+        assert config["limit_bytes"] == BUFFER_BYTES
+        assert config["rate_bytes_per_s"] == RATE_MBIT * 1e6 / 8
+    assert plan.bpftool_batch().splitlines()[0].startswith("map update pinned /sys/fs/bpf/")
+
+
+def test_red_plan_puts_red_in_each_buffers_place():
+    ports = ports_of(three_hosts_one_leaf())
+    plan = fabric_marking_plan("red-qdisc", ports, QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)),
+                               MTU)
+    assert plan.bpftool == [] and plan.bpftool_batch() == ""
+    assert [(argv[2], argv[4]) for argv in plan.tc] == [
+        (verb, p.intf) for p in ports for verb in ("del", "add")]
+    assert all(argv[9] == "red" for argv in plan.tc if argv[2] == "add")
+
+
+def test_a_queue_without_ecn_still_sizes_the_buffer_and_the_marker_only_counts():
+    ports = ports_of(three_hosts_one_leaf())
+    queue = QueueConfig(BUFFER_BYTES)
+    red = fabric_marking_plan("red-qdisc", ports, queue, MTU)
+    assert [argv[9:] for argv in red.tc] == [["bfifo", "limit", str(BUFFER_BYTES)]] * len(ports)
+    ebpf = fabric_marking_plan("ebpf", ports, queue, MTU)
+    config_argv = ebpf.bpftool[3]
+    start = config_argv.index("value") + 2
+    assert unpack_value(CONFIG_LAYOUT, bytes(int(b, 16) for b in config_argv[start:]))[
+        "mode"] == MODE_OFF
+
+
+def test_a_fabric_without_shaped_ports_or_an_unknown_path_is_refused():
+    queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
+    with pytest.raises(ConfigError) as err:
+        fabric_marking_plan("ebpf", [], queue, MTU)
+    assert err.value.field == "ecn"
+    with pytest.raises(ConfigError):
+        fabric_marking_plan("pie", ports_of(three_hosts_one_leaf()), queue, MTU)
+
+
+# --- the apply layer, with its commands faked -------------------------------------------------
+
+
+class FakeCommands:
+    """Stands in for apply._run: records every command and its input, and answers reads."""
+
+    def __init__(self, ledger_path: Path):
+        self.ledger_path = ledger_path
+        self.calls: list[tuple[list[str], str | None]] = []
+        self.pins_on_record_at_tc: list[str] | None = None
+        self.answers: dict[str, str] = {}
+
+    def __call__(self, argv, stdin=None, what=""):
+        self.calls.append((list(argv), stdin))
+        if argv[:2] == ["tc", "-batch"]:
+            self.pins_on_record_at_tc = json.loads(self.ledger_path.read_text())["pinned"]
+        for marker, answer in self.answers.items():
+            if marker in argv:
+                return answer
+        return ""
+
+
+@pytest.fixture
+def pins(tmp_path, monkeypatch) -> Path:
+    """The marker's pins and the BPF filesystem moved into a temporary folder."""
+    folder = tmp_path / "bpffs"
+    (folder / "tc" / "globals").mkdir(parents=True)
+    monkeypatch.setattr(state, "BPF_FS", folder)
+    monkeypatch.setattr(apply, "pinned_map_paths",
+                        lambda: [folder / "tc" / "globals" / name for name in
+                                 ("ecn_config", "ecn_state", "ecn_counters", "ecn_qdepth")])
+    return folder / "tc" / "globals"
+
+
+@pytest.fixture
+def marking(tmp_path, monkeypatch, state_dir, pins):
+    fabric = three_hosts_one_leaf()
+    names = [intf for _, _, intf, _ in fabric.switch_ends()]
+    monkeypatch.setattr(apply, "detect", lambda: platform())
+    monkeypatch.setattr(apply, "read_ifindex", lambda intf: IFINDEX_BASE + names.index(intf))
+    monkeypatch.setattr(apply, "shaped_ports",
+                        lambda f: [Port(i, IFINDEX_BASE + names.index(i), RATE_MBIT)
+                                   for _, _, i, link in f.switch_ends() if link.rate_mbit])
+    monkeypatch.setattr(apply, "build_object", lambda obj: False)
+    fake = FakeCommands(state.LEDGER_PATH)
+    monkeypatch.setattr(apply, "_run", fake)
+    ledger = Ledger("run-1", os.getpid())
+    ledger.save()
+    queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
+    return apply.EcnMarking(fabric, queue, ledger, log=lambda m: None), fake
+
+
+def test_apply_records_the_pins_then_runs_one_tc_batch_then_one_bpftool_batch(marking, pins):
+    mark, fake = marking
+    (pins / "ecn_config").write_text("left by an unrecorded run")
+    mark.apply()
+    assert mark.path == "ebpf"
+    assert [argv for argv, _ in fake.calls] == [["tc", "-batch", "-"],
+                                                ["bpftool", "batch", "file", "-"]]
+    plan = fabric_marking_plan("ebpf", mark.ports, mark.queue, MTU, mark.obj)
+    assert [stdin for _, stdin in fake.calls] == [plan.tc_batch(), plan.bpftool_batch()]
+    # on record (on disk) before tc created them; the stale pin was removed first
+    assert fake.pins_on_record_at_tc == [str(p) for p in apply.pinned_map_paths()]
+    assert not (pins / "ecn_config").exists()
+
+
+def test_remove_unlinks_the_pins_and_clean_does_after_a_killed_run(marking, pins, tmp_path):
+    mark, _ = marking
+    mark.apply()
+    for path in apply.pinned_map_paths():
+        path.write_text("pinned map")  # as tc would have left them
+    mark.remove()
+    assert not any(p.exists() for p in apply.pinned_map_paths())
+    # a killed run: the ledger on disk still lists them, and clean removes them
+    for path in apply.pinned_map_paths():
+        path.write_text("pinned map")
+    outside = tmp_path / "not-bpf"
+    outside.write_text("keep me")
+    stale = Ledger.load()
+    stale.pinned += [str(outside), str(pins / ".." / ".." / ".." / "not-bpf")]
+    removed = clean(stale, log=lambda m: None)
+    assert removed["pinned"] == 4
+    assert not any(p.exists() for p in apply.pinned_map_paths())
+    assert outside.read_text() == "keep me"
+
+
+def test_pins_round_trip_in_the_ledger_and_an_older_ledger_still_loads(state_dir):
+    ledger = Ledger("run-1", 4242)
+    ledger.add_names(pinned=["/sys/fs/bpf/tc/globals/ecn_config"] * 2)
+    assert Ledger.load().pinned == ["/sys/fs/bpf/tc/globals/ecn_config"]
+    older = json.loads(state.LEDGER_PATH.read_text())
+    del older["pinned"]
+    state.LEDGER_PATH.write_text(json.dumps(older))
+    assert Ledger.load().pinned == []
+
+
+def test_remove_before_apply_touches_nothing(marking, pins):
+    mark, fake = marking
+    (pins / "ecn_state").write_text("not ours to remove: never claimed")
+    mark.remove()
+    assert (pins / "ecn_state").exists() and fake.calls == []
+
+
+def test_a_path_the_machine_cannot_take_is_refused_before_anything_runs(marking, monkeypatch):
+    monkeypatch.setattr(apply, "detect", lambda: platform(bpftool=False))
+    with pytest.raises(errors.TestbedError) as err:
+        apply.EcnMarking(three_hosts_one_leaf(), QueueConfig(BUFFER_BYTES), Ledger("r", 1))
+    assert "bpftool not on PATH" in str(err.value)
+
+
+def test_counters_and_depths_are_read_per_port(marking):
+    mark, fake = marking
+    mark.apply()
+    l0_eth3 = next(p for p in mark.ports if p.intf == "l0-eth3")
+    counters = {"packets": 900, "bytes": 10**6, "ect_packets": 800, "ce_marks": 120,
+                "ce_arrived": 0, "not_ect_over": 3, "fifo_drops": 2, "max_queue_bytes": 33_000}
+    value = [f"0x{b:02x}" for b in b"".join(v.to_bytes(8, "little") for v in counters.values())]
+    key = [f"0x{b:02x}" for b in l0_eth3.ifindex.to_bytes(4, "little")]
+    fake.answers = {  # keyed by an argument of the command that reads them
+        "/sys/fs/bpf/tc/globals/ecn_counters": json.dumps([{"key": key, "value": value}]),
+        "qdisc": json.dumps([{"kind": "bfifo", "handle": "10:", "dev": "l0-eth3",
+                              "packets": 880, "drops": 4, "backlog": 1500}]),
+    }
+    read = mark.counters()["l0-eth3"]
+    assert (read["marks"], read["ect_packets"], read["max_queue_bytes"]) == (120, 800, 33_000)
+    assert (read["virtual_fifo_drops"], read["fifo_drops"], read["sent_packets"]) == (2, 4, 880)
+    assert mark.counters()["l0-eth1"]["marks"] == 0
+
+
+# --- what a run reports -----------------------------------------------------------------------
+
+
+def ports3() -> list[Port]:
+    return [Port("l0-eth1", 40, RATE_MBIT), Port("l0-eth3", 42, RATE_MBIT)]
+
+
+def test_port_counters_from_the_marker_or_from_red():
+    buffers = parse_buffer_stats(json.dumps([
+        {"kind": "htb", "handle": "5:", "dev": "l0-eth3", "drops": 9},
+        {"kind": "red", "handle": "10:", "dev": "l0-eth3", "packets": 500, "drops": 1,
+         "backlog": 3000, "marked": 77},
+        {"kind": "bfifo", "handle": "10:", "parent": "5:1"},  # a host's, without dev
+    ]))
+    assert buffers == {"l0-eth3": {"kind": "red", "packets": 500, "drops": 1,
+                                   "backlog_bytes": 3000, "marked": 77}}
+    red = port_counters(ports3(), None, buffers)
+    assert red["l0-eth3"]["marks"] == 77 and red["l0-eth3"]["ect_packets"] is None
+    assert red["l0-eth1"]["marks"] == 0 and red["l0-eth1"]["fifo_drops"] == 0
+    ebpf = port_counters(ports3(), {42: {"ce_marks": 5, "max_queue_bytes": 31_000}}, buffers)
+    assert ebpf["l0-eth3"]["marks"] == 5 and ebpf["l0-eth3"]["max_queue_bytes"] == 31_000
+    assert ebpf["l0-eth3"]["fifo_drops"] == 1 and ebpf["l0-eth1"]["ect_packets"] == 0
+
+
+def test_counters_over_a_window_and_their_totals():
+    before = {"l0-eth3": {"marks": 10, "ect_packets": 100, "max_queue_bytes": 3_000,
+                          "fifo_drops": 0, "rate_mbit": RATE_MBIT}}
+    after = {"l0-eth3": {"marks": 70, "ect_packets": 900, "max_queue_bytes": 33_000,
+                         "fifo_drops": 2, "rate_mbit": RATE_MBIT},
+             "l0-eth1": {"marks": 0, "ect_packets": None, "max_queue_bytes": None,
+                         "fifo_drops": 1, "rate_mbit": RATE_MBIT}}
+    delta = counter_delta(before, after)
+    assert delta["l0-eth3"] == {"marks": 60, "ect_packets": 800, "max_queue_bytes": 33_000,
+                                "fifo_drops": 2, "rate_mbit": RATE_MBIT}
+    assert delta["l0-eth1"] == after["l0-eth1"]  # new in the window: as read
+    totals = counter_totals(delta)
+    assert (totals["marks"], totals["ect_packets"], totals["fifo_drops"]) == (60, 800, 3)
+    assert totals["max_queue_bytes"] == 33_000 and totals["ports_marking"] == 1
+    assert totals["virtual_fifo_drops"] is None
+
+
+def test_sampled_depths_drain_to_the_reading_time_and_give_percentiles():
+    rate = int(RATE_MBIT * 1e6 / 8)
+    samples = {42: {"queue_bytes": 30_000, "time_ns": 1_000_000_000}}
+    now = 1_000_000_000 + 4_000_000  # 4 ms later: 10000 B drained
+    assert depths_from_qdepth(ports3(), samples, now) == {"l0-eth1": 0,
+                                                         "l0-eth3": 30_000 - rate // 250}
+    series = QueueSeries(t_s=[0.0, 0.01, 0.02, 0.03],
+                         depth_bytes={"l0-eth3": [0, 20_000, 40_000, 10_000]},
+                         read_s=[0.001, 0.002, 0.001, 0.002])
+    stats = depth_stats(series, threshold_bytes=K_BYTES)
+    assert stats["samples"] == 4 and stats["interval_s_mean"] == pytest.approx(0.01)
+    port = stats["ports"]["l0-eth3"]
+    assert (port["p50"], port["p99"], port["max"]) == (10_000, 40_000, 40_000)
+    assert port["above_threshold_fraction"] == 0.25 and port["mean"] == 17_500
+    assert depth_stats(QueueSeries()) is None
+    assert percentile([5, 1, 3], 50) == 3 and percentile([7], 99) == 7
+
+
+def test_the_sampler_samples_until_the_block_ends_and_records_a_failing_read():
+    with queue_sampling(lambda: {"l0-eth3": 1500}, ["l0-eth3"], SAMPLE_INTERVAL_S) as series:
+        time.sleep(SAMPLING_WINDOW_S)
+    n = len(series.t_s)
+    time.sleep(5 * SAMPLE_INTERVAL_S)
+    assert len(series.t_s) == n  # stopped with the block
+    assert n >= MIN_SAMPLES and series.depth_bytes["l0-eth3"] == [1500] * n
+    assert series.t_s == sorted(series.t_s) and series.error is None
+
+    def broken():
+        raise RuntimeError("bpftool: no such map")
+
+    with queue_sampling(broken, ["l0-eth3"], SAMPLE_INTERVAL_S) as series:
+        time.sleep(SAMPLING_WINDOW_S)
+    assert series.error == "RuntimeError: bpftool: no such map" and series.t_s == []
+
+
+class FakeMarking:
+    """What ecn_monitoring needs of EcnMarking: counters that grow, and depths."""
+
+    path = "ebpf"
+    ports = ports3()
+
+    def __init__(self):
+        self.reads = 0
+
+    def counters(self):
+        self.reads += 1
+        marks = 0 if self.reads == 1 else 150
+        return {"l0-eth3": {"rate_mbit": RATE_MBIT, "marks": marks, "ect_packets": 10 * marks,
+                            "fifo_drops": 0, "max_queue_bytes": 34_000}}
+
+    def queue_depths(self):
+        return {"l0-eth1": 0, "l0-eth3": 31_000}
+
+
+def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path):
+    settings = ecn_settings({"scheme": "dctcp", "sample_ms": SAMPLE_INTERVAL_S * 1000},
+                            RATE_MBIT, MTU, BUFFER_BYTES)
+    summary = {"run_id": "run-1", "results_dir": str(tmp_path),
+               "host_tcp": tcp_settings(True, "auto", platform()).to_dict()}
+    with apply.ecn_monitoring(FakeMarking(), settings, summary):
+        time.sleep(SAMPLING_WINDOW_S)
+    ecn = summary["ecn"]
+    assert ecn["path"] == "ebpf"
+    assert ecn["queue"] == queue_record(settings.queue) == {
+        "buffer_bytes": BUFFER_BYTES, "ecn": {"profile": "step", "k_bytes": 2 * MTU}}
+    assert ecn["scaling"]["scheme"] == "dctcp" and ecn["marking_starts_bytes"] == 2 * MTU
+    assert ecn["ports"]["l0-eth3"]["marks"] == 150  # over the block only
+    assert ecn["totals"]["marks"] == 150 and ecn["totals"]["max_queue_bytes"] == 34_000
+    depth = ecn["queue_depth"]
+    assert depth["samples"] >= MIN_SAMPLES and depth["ports"]["l0-eth3"]["max"] == 31_000
+    assert depth["ports"]["l0-eth3"]["above_threshold_fraction"] == 1.0
+    assert ecn["sampler_error"] is None
+
+    # summary.json without the raw series, which go to queue_depth.json, plotted
+    summary["workload"] = {}
+    plots = write_results(summary, tmp_path, three_hosts_one_leaf())
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert "samples" not in written["ecn"] and written["ecn"]["path"] == "ebpf"
+    series = json.loads((tmp_path / "queue_depth.json").read_text())
+    assert series["depth_bytes"]["l0-eth3"][0] == 31_000
+    assert plots == [tmp_path / "queue_depth.png"]
+    assert (tmp_path / "queue_depth.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_without_marking_the_run_has_no_ecn_part():
+    summary: dict = {}
+    with apply.ecn_monitoring(None, None, summary):
+        pass
+    assert summary == {}
+    settings = EcnSettings(QueueConfig(BUFFER_BYTES), None, None, 0.0)
+    report = ecn_report(settings, "red-qdisc", {}, None)
+    assert report["queue_depth"] is None and report["marking_starts_bytes"] is None
+
+
+def test_the_printed_summary_names_the_host_tcp_and_the_marking():
+    summary = make_summary()
+    summary["host_tcp"] = tcp_settings(False, "auto", platform()).to_dict()
+    settings = ecn_settings({"profile": "step", "k_bytes": K_BYTES}, RATE_MBIT, MTU, BUFFER_BYTES)
+    counters = {"l0-eth3": {"marks": 150, "ect_packets": 1500, "max_queue_bytes": 34_000,
+                            "fifo_drops": 0}}
+    summary["ecn"] = ecn_report(settings, "ebpf", counters, None)
+    table = rows(format_summary(summary))
+    assert table["host TCP"].startswith("cubic, ECN on (best available here: cubic+ecn")
+    assert table["ECN marking"] == (
+        f"ebpf, {{'profile': 'step', 'k_bytes': {K_BYTES}}}, buffer {BUFFER_BYTES} B: 150 CE "
+        "marks of 1500 ECT packets on 1 ports; peak queue 34000 B; 0 FIFO drops")
+    assert "ECN marking" not in rows(format_summary(make_summary()))
+
+
+def test_doctor_says_which_ecn_path_this_machine_takes():
+    report = format_report(platform())
+    assert "ecn_marking     ebpf\n" in report + "\n"  # implemented: no "not built yet"
+    assert "ecn_marking" in IMPLEMENTED_FEATURES
+    last = report.splitlines()[-1]
+    assert last.startswith("ECN marking here: ebpf, by the eBPF marker")
+    assert "no sch_red: CONFIG_NET_SCH_RED not set" in last and last.endswith("; ready")
+    assert format_report(platform(bpftool=False)).splitlines()[-1].endswith(
+        "cannot run: bpftool not on PATH")
+    red = format_report(platform(STOCK_KERNEL)).splitlines()[-1]
+    assert red.startswith("ECN marking here: red-qdisc, by a RED qdisc") and red.endswith("ready")
+
+
+# --- building the marker ----------------------------------------------------------------------
+
+
+def test_the_marker_is_built_once_and_again_when_its_source_changes(tmp_path):
+    if shutil.which("clang") is None:
+        pytest.fail("clang is not installed; scripts/install.sh installs it")
+    source = tmp_path / "ecn_marker.c"
+    source.write_bytes(BPF_SOURCE.read_bytes())
+    obj = tmp_path / "build" / "bpf" / "ecn_marker.o"
+    assert not apply.object_is_current(obj, source)
+    assert apply.build_object(obj, source) is True and obj.stat().st_size > 0
+    assert apply.object_is_current(obj, source)
+    assert apply.build_object(obj, source) is False  # up to date: skipped
+    later = obj.stat().st_mtime + 10
+    os.utime(source, (later, later))
+    assert apply.build_object(obj, source) is True

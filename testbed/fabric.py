@@ -298,13 +298,17 @@ class FabricNetwork:
                 if self.fabric.nodes[link.a].is_host:
                     ends.reverse()  # the root-namespace end is created, its peer is moved
                 (root_intf, _), (peer_intf, peer_node) = ends
+                # Root-namespace ends are born with their MTU and in the run's link group, and
+                # then all come up with one request for the whole group. Host ends get their
+                # MTU and come up in the host's own script.
                 peer = {"ifname": peer_intf}
                 if self.fabric.nodes[peer_node].is_host:
                     peer["net_ns_pid"] = self.hosts[peer_node].pid
-                ipr.link("add", ifname=root_intf, kind="veth", peer=peer)
-            for name in self.root_interfaces():
-                ipr.link("set", index=ipr.link_lookup(ifname=name)[0],
-                         mtu=self.fabric.mtu_bytes, group=LINK_GROUP, state="up")
+                else:
+                    peer.update(mtu=self.fabric.mtu_bytes, group=LINK_GROUP)
+                ipr.link("add", ifname=root_intf, kind="veth", peer=peer,
+                         mtu=self.fabric.mtu_bytes, group=LINK_GROUP)
+            ipr.link("set", index=0, group=LINK_GROUP, state="up")
 
     def root_interfaces(self) -> list[str]:
         """Interfaces in the root namespace: the switch ends of every link."""

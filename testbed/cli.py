@@ -114,6 +114,16 @@ def cmd_hedera(args) -> int:
     return 0
 
 
+def cmd_dragonfly_routing(args) -> int:
+    from testbed.dragonfly_compare import run_dragonfly_compare
+    from testbed.hedera import HederaConfig
+
+    config = HederaConfig(rate_mbit=args.rate_mbit, seconds=args.seconds, omit_s=args.omit,
+                          seed=args.seed, results_dir=args.results, spread=False)
+    run_dragonfly_compare(config, log=lambda m: print(f"[dragonfly] {m}", flush=True))
+    return 0
+
+
 class OneLineErrors(argparse.ArgumentParser):
     """Usage errors as one line (``testbed: error: ...``, exit 2) like the testbed's own."""
 
@@ -169,6 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
     hedera.add_argument("--seed", type=int, default=1, help="seed of the random pattern")
     hedera.add_argument("--results", default="results", help="results folder")
     hedera.set_defaults(func=cmd_hedera)
+
+    dfly = sub.add_parser("dragonfly-routing", help="minimal vs Valiant vs UGAL vs ECMP on a "
+                          "dragonfly: the adversarial group shift and uniform traffic")
+    dfly.add_argument("--rate-mbit", type=float, default=10.0, help="link rate (10)")
+    dfly.add_argument("--seconds", type=int, default=10, help="measured seconds per pattern")
+    dfly.add_argument("--omit", type=int, default=2, help="TCP start-up seconds left out")
+    dfly.add_argument("--seed", type=int, default=1, help="seed of the uniform pattern")
+    dfly.add_argument("--results", default="results", help="results folder")
+    dfly.set_defaults(func=cmd_dragonfly_routing)
     return ap
 
 

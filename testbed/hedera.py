@@ -133,12 +133,50 @@ def run_flows(net: FabricNetwork, pairs: list[tuple[str, str]], seconds: int, om
     return rates, errors
 
 
-def measure_pattern(net: FabricNetwork, name: str, config: HederaConfig) -> PatternResult:
-    hosts = [h.name for h in net.fabric.hosts]
-    pairs = [(hosts[s], hosts[d]) for s, d in pattern_pairs(name, len(hosts), config.seed)]
+def measure_pairs(net: FabricNetwork, name: str, pairs: list[tuple[str, str]],
+                  config: HederaConfig) -> PatternResult:
+    """One long flow per (source, destination) pair, all at once: the received aggregate as
+    a fraction of the sources' host links."""
     rates, errors = run_flows(net, pairs, config.seconds, config.omit_s)
     capacity = len(pairs) * config.rate_mbit
     return PatternResult(name, pairs, rates, sum(rates) / capacity, errors)
+
+
+def index_pattern(name: str, seed: int):
+    """A traffic.patterns pattern as a function of the fabric: its hosts in fabric order."""
+    def pairs(fabric: Fabric) -> list[tuple[str, str]]:
+        hosts = [h.name for h in fabric.hosts]
+        return [(hosts[s], hosts[d]) for s, d in pattern_pairs(name, len(hosts), seed)]
+    return pairs
+
+
+def measure_setups(run_name: str, setups: dict, patterns: dict, config: HederaConfig, log,
+                   per_setup=None) -> tuple[dict[str, dict[str, PatternResult]], Path]:
+    """Bring up each setup ({name: (fabric, routing)}) in turn, prove it reachable, and
+    measure every pattern ({name: fabric -> pairs}) on it; ``per_setup(setup, net)`` runs any
+    extra measurement while the setup is up. Returns the results and the run folder."""
+    run_id = new_run_id(run_name)
+    workdir = Path(config.results_dir) / run_id
+    results: dict[str, dict[str, PatternResult]] = {}
+    with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+        workdir.mkdir(parents=True, exist_ok=True)
+        for setup, (fabric, routing) in setups.items():
+            log(f"{setup}: bringing up {fabric.kind} ({len(fabric.hosts)} hosts, "
+                f"{config.rate_mbit:g} Mbit/s links, {routing} routing)")
+            (workdir / setup).mkdir()
+            with FabricNetwork(fabric, workdir / setup, ledger, routing=routing, log=log) as net:
+                sent, answered = net.ping_all()
+                if answered != sent:
+                    raise TestbedError(f"{setup}: only {answered}/{sent} probes answered")
+                results[setup] = {}
+                for name, pairs_of in patterns.items():
+                    r = measure_pairs(net, name, pairs_of(fabric), config)
+                    results[setup][name] = r
+                    log(f"  {name:8s} {r.fraction_of_capacity:6.1%} of the host links"
+                        + (f"; {len(r.errors)} flows failed: {r.errors[0]}" if r.errors else ""))
+                if per_setup is not None:
+                    per_setup(setup, net)
+    return results, workdir
 
 
 def uplinks(fabric: Fabric, switch: str) -> list[str]:
@@ -170,35 +208,22 @@ def measure_spread(net: FabricNetwork, config: HederaConfig) -> SpreadResult:
 def run_hedera(config: HederaConfig, log=print) -> HederaResult:
     """Every pattern under ECMP, single-path and the non-blocking switch, then the spread."""
     config.validate()
-    run_id = new_run_id("hedera")
     result = HederaResult(config=asdict(config))
-    workdir = Path(config.results_dir) / run_id
-    with interrupts_as_exceptions(), machine(run_id, log) as ledger:
-        workdir.mkdir(parents=True, exist_ok=True)
-        fabrics = {routing: fat_tree(4, host_rate_mbit=config.rate_mbit) for routing in ROUTINGS}
-        fabrics[NONBLOCKING] = spine_leaf(leaves=1, spines=1, hosts_per_leaf=16,
-                                          host_rate_mbit=config.rate_mbit)
-        for setup, fabric in fabrics.items():
-            routing = setup if setup in ROUTINGS else "ecmp"
-            log(f"{setup}: bringing up {fabric.kind} ({len(fabric.hosts)} hosts, "
-                f"{config.rate_mbit:g} Mbit/s links)")
-            (workdir / setup).mkdir()
-            with FabricNetwork(fabric, workdir / setup, ledger, routing=routing, log=log) as net:
-                sent, answered = net.ping_all()
-                if answered != sent:
-                    raise TestbedError(f"{setup}: only {answered}/{sent} probes answered")
-                result.patterns[setup] = {}
-                for name in config.patterns:
-                    r = measure_pattern(net, name, config)
-                    result.patterns[setup][name] = r
-                    log(f"  {name:8s} {r.fraction_of_capacity:6.1%} of the host links"
-                        + (f"; {len(r.errors)} flows failed: {r.errors[0]}" if r.errors else ""))
-                if config.spread and setup in ROUTINGS:
-                    s = measure_spread(net, config)
-                    result.spread[setup] = s
-                    log(f"  spread: {s.flows} flows from {SPREAD_EDGE}, uplink bytes "
-                        f"{s.uplink_bytes}, Jain index {s.jain:.3f}"
-                        + (f"; {len(s.errors)} flows failed: {s.errors[0]}" if s.errors else ""))
+    setups = {routing: (fat_tree(4, host_rate_mbit=config.rate_mbit), routing)
+              for routing in ROUTINGS}
+    setups[NONBLOCKING] = (spine_leaf(leaves=1, spines=1, hosts_per_leaf=16,
+                                      host_rate_mbit=config.rate_mbit), "ecmp")
+
+    def spread(setup: str, net: FabricNetwork) -> None:
+        if config.spread and setup in ROUTINGS:
+            s = measure_spread(net, config)
+            result.spread[setup] = s
+            log(f"  spread: {s.flows} flows from {SPREAD_EDGE}, uplink bytes "
+                f"{s.uplink_bytes}, Jain index {s.jain:.3f}"
+                + (f"; {len(s.errors)} flows failed: {s.errors[0]}" if s.errors else ""))
+
+    patterns = {name: index_pattern(name, config.seed) for name in config.patterns}
+    result.patterns, workdir = measure_setups("hedera", setups, patterns, config, log, spread)
     write_hedera_results(result, workdir)
     log(format_hedera(result))
     log(f"results in {workdir}")
@@ -222,6 +247,15 @@ def verdict(result: HederaResult) -> dict:
             "patterns": ordering}
 
 
+def format_table(result: HederaResult, setups, patterns) -> str:
+    """Fraction of the host links delivered, a row per pattern, a column per setup."""
+    lines = ["", "pattern   " + "".join(f"{setup:>12s}" for setup in setups)]
+    for name in patterns:
+        lines.append(f"{name:10s}" + "".join(
+            f"{result.patterns[setup][name].fraction_of_capacity:12.1%}" for setup in setups))
+    return "\n".join(lines)
+
+
 def format_hedera(result: HederaResult) -> str:
     v = verdict(result)
     lines = ["", "pattern    non-blocking   ECMP   single-path   (fraction of the host links)"]
@@ -237,15 +271,16 @@ def format_hedera(result: HederaResult) -> str:
     return "\n".join(lines)
 
 
-def write_hedera_results(result: HederaResult, workdir: Path) -> list[Path]:
+def write_hedera_results(result: HederaResult, workdir: Path, verdict_of=None,
+                         title: str = "k=4 fat-tree", figure: str = "hedera.png") -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summary = {"result": asdict(result), "verdict": verdict(result)}
+    summary = {"result": asdict(result), "verdict": (verdict_of or verdict)(result)}
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
-    names = list(result.config["patterns"])
-    setups = [s for s in (NONBLOCKING, *ROUTINGS) if s in result.patterns]
+    setups = list(result.patterns)
+    names = list(next(iter(result.patterns.values()), {}))
     fig, ax = plt.subplots(figsize=(7, 3.5))
     width = 0.8 / max(len(setups), 1)
     for k, setup in enumerate(setups):
@@ -254,10 +289,10 @@ def write_hedera_results(result: HederaResult, workdir: Path) -> list[Path]:
     ax.set_xticks([i + width * (len(setups) - 1) / 2 for i in range(len(names))], names)
     ax.set_ylabel("aggregate throughput, % of host links")
     ax.set_ylim(0, 110)
-    ax.set_title(f"k=4 fat-tree, one TCP flow per host, {result.config['rate_mbit']:g} Mbit/s links")
+    ax.set_title(f"{title}, one TCP flow per host, {result.config['rate_mbit']:g} Mbit/s links")
     ax.legend()
     fig.tight_layout()
-    path = workdir / "hedera.png"
+    path = workdir / figure
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return [workdir / "summary.json", path]

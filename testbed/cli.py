@@ -131,6 +131,15 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"testbed: error: {message} (see `{self.prog} --help`)\n")
 
 
+def add_flow_experiment_args(parser: argparse.ArgumentParser) -> None:
+    """The options of the long-flow experiments (testbed.hedera.HederaConfig)."""
+    parser.add_argument("--rate-mbit", type=float, default=10.0, help="link rate (10)")
+    parser.add_argument("--seconds", type=int, default=10, help="measured seconds per pattern")
+    parser.add_argument("--omit", type=int, default=2, help="TCP start-up seconds left out")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random pattern")
+    parser.add_argument("--results", default="results", help="results folder")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineErrors)
@@ -171,22 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     hedera = sub.add_parser("hedera", help="ECMP vs single-path vs a non-blocking switch on the "
                             "k=4 fat-tree (Hedera's patterns), and ECMP's uplink spread")
-    hedera.add_argument("--rate-mbit", type=float, default=10.0, help="link rate (10)")
-    hedera.add_argument("--seconds", type=int, default=10, help="measured seconds per pattern")
-    hedera.add_argument("--omit", type=int, default=2, help="TCP start-up seconds left out")
+    add_flow_experiment_args(hedera)
     hedera.add_argument("--pattern", action="append", metavar="NAME",
                         help="strideN or random (repeatable; default stride1/2/4/8 and random)")
-    hedera.add_argument("--seed", type=int, default=1, help="seed of the random pattern")
-    hedera.add_argument("--results", default="results", help="results folder")
     hedera.set_defaults(func=cmd_hedera)
 
     dfly = sub.add_parser("dragonfly-routing", help="minimal vs Valiant vs UGAL vs ECMP on a "
                           "dragonfly: the adversarial group shift and uniform traffic")
-    dfly.add_argument("--rate-mbit", type=float, default=10.0, help="link rate (10)")
-    dfly.add_argument("--seconds", type=int, default=10, help="measured seconds per pattern")
-    dfly.add_argument("--omit", type=int, default=2, help="TCP start-up seconds left out")
-    dfly.add_argument("--seed", type=int, default=1, help="seed of the uniform pattern")
-    dfly.add_argument("--results", default="results", help="results folder")
+    add_flow_experiment_args(dfly)
     dfly.set_defaults(func=cmd_dragonfly_routing)
     return ap
 

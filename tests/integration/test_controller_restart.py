@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from conftest import ping_received
 from testbed.controller import ControllerProcess
 from testbed.fabric import FabricNetwork
 from testbed.topology import build
@@ -29,11 +30,6 @@ def table(net: FabricNetwork) -> dict[str, tuple[list[str], list[str]]]:
     return out
 
 
-def received(ping_output: str) -> int:
-    match = re.search(r"(\d+) received", ping_output)
-    return int(match.group(1)) if match else 0
-
-
 def test_restart_keeps_forwarding_and_resynchronises(ledger, tmp_path):
     fabric = build("fattree", k=4, host_rate_mbit=RATE_MBIT)
     with FabricNetwork(fabric, tmp_path, ledger, log=lambda m: None) as net:
@@ -42,7 +38,7 @@ def test_restart_keeps_forwarding_and_resynchronises(ledger, tmp_path):
         old = net.controller
         old.stop()
         # fail-secure: no controller, forwarding intact
-        assert received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
+        assert ping_received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
         assert table(net) == before
 
         src.sendCmd(f"ping -c {PROBES} -i {PROBE_INTERVAL_S} -W 1 {dst}")
@@ -50,11 +46,11 @@ def test_restart_keeps_forwarding_and_resynchronises(ledger, tmp_path):
         ledger.add_process(new.start())
         net.controller = new
         new.wait_programmed(set(net.bridges))
-        lost = PROBES - received(src.waitOutput())
+        lost = PROBES - ping_received(src.waitOutput())
         print(f"controller restart: {lost} of {PROBES} probes lost while it re-programmed")
         after = table(net)
         for bridge in net.bridges:
             flows, groups = after[bridge]
             assert len(flows) == len(set(flows)), bridge  # nothing duplicated
         assert after == before  # nothing stale, nothing missing
-        assert received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
+        assert ping_received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5

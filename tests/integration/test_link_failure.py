@@ -10,6 +10,7 @@ import re
 import subprocess
 import time
 
+from conftest import ping_received
 from testbed.controller import EVENTS_FILE
 from testbed.fabric import FabricNetwork
 from testbed.openflow_stats import reaction_times, read_json_lines
@@ -39,17 +40,12 @@ def set_link(intf: str, state: str) -> float:
     return t
 
 
-def received(ping_output: str) -> int:
-    match = re.search(r"(\d+) received", ping_output)
-    return int(match.group(1)) if match else 0
-
-
 def test_single_path_routes_around_a_failed_uplink_and_back(ledger, tmp_path):
     fabric = build("fattree", k=4, host_rate_mbit=RATE_MBIT)
     events = tmp_path / EVENTS_FILE
     with FabricNetwork(fabric, tmp_path, ledger, routing="single", log=lambda m: None) as net:
         src, dst = net.host("p0e0h0"), fabric.nodes["p3e1h1"].ip
-        assert received(src.cmd("ping", "-c", "3", "-i", "0.2", dst)) == 3
+        assert ping_received(src.cmd("ping", "-c", "3", "-i", "0.2", dst)) == 3
         uplink_tx = f"/sys/class/net/{FAILED_PORT}/statistics/tx_packets"
         before = int(open(uplink_tx).read())
         src.cmd("ping", "-c", "5", "-i", "0.05", dst)
@@ -61,20 +57,20 @@ def test_single_path_routes_around_a_failed_uplink_and_back(ledger, tmp_path):
         down = wait_for_event(events, "link_down", t_down)
         out = src.waitOutput()
         assert down, read_json_lines(events)
-        lost = PROBE_COUNT - received(out)
+        lost = PROBE_COUNT - ping_received(out)
         print(f"link_down noticed after {down[0].detected_s * 1000:.0f} ms, rules applied after "
               f"{down[0].applied_s * 1000:.0f} ms, {lost} probes lost "
               f"({lost * PROBE_INTERVAL_S * 1000:.0f} ms of probes)")
         assert down[0].applied_s < SANITY_BOUND_S
         assert lost * PROBE_INTERVAL_S < SANITY_BOUND_S, out
         # rerouted: traffic flows again, not over the failed port
-        assert received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
+        assert ping_received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
 
         t_up = set_link(FAILED_PORT, "up")
         up = wait_for_event(events, "link_up", t_up)
         assert up, read_json_lines(events)
         before = int(open(uplink_tx).read())
-        assert received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
+        assert ping_received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
         assert int(open(uplink_tx).read()) - before >= 5  # back on the original uplink
 
 
@@ -92,7 +88,7 @@ def test_ecmp_buckets_leave_and_return_with_the_link(ledger, tmp_path):
         # nothing forwards to the dead port: no bucket, no flow (one uplink left: plain outputs)
         assert "3" not in buckets()
         assert "output:3" not in net.switchd.dump_flows("p0e0")
-        assert received(net.host("p0e0h0").cmd("ping", "-c", "3", "-i", "0.1",
+        assert ping_received(net.host("p0e0h0").cmd("ping", "-c", "3", "-i", "0.1",
                                                fabric.nodes["p3e1h1"].ip)) == 3
         t_up = set_link(FAILED_PORT, "up")
         assert wait_for_event(events, "link_up", t_up)

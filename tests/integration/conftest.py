@@ -75,8 +75,3 @@ def assert_clean():
     left = leftovers()
     assert left == {"veths": [], "taps": [], "bridges": [], "processes": [], "netns": []}, left
 
-
-def ping_received(ping_output: str) -> int:
-    """Replies counted in ``ping``'s summary line."""
-    match = re.search(r"(\d+) received", ping_output)
-    return int(match.group(1)) if match else 0

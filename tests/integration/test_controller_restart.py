@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from conftest import ping_received
 from testbed.controller import ControllerProcess
 from testbed.fabric import FabricNetwork
+from testbed.failover import ping_received
 from testbed.topology import build
 
 RATE_MBIT = 6.0

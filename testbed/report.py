@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from testbed.controller import PORT_STATS_FILE
 from testbed.topology.base import Fabric
+
+OPENFLOW_PLOT_LINKS = 12  # link directions drawn in the OpenFlow utilisation plot
 
 
 def write_results(summary: dict, workdir: Path, fabric: Fabric) -> list[Path]:
@@ -24,7 +27,54 @@ def write_results(summary: dict, workdir: Path, fabric: Fabric) -> list[Path]:
         plots.append(plot_utilisation(workload, fabric, workdir / "link_utilisation.png"))
     if queue_samples is not None and queue_samples["t_s"]:
         plots.append(plot_queue_depth(queue_samples, ecn, workdir / "queue_depth.png"))
+    openflow = plot_openflow_utilisation(fabric, workdir / PORT_STATS_FILE,
+                                         workload.get("timed_window_monotonic_s"),
+                                         workdir / "openflow_link_utilisation.png")
+    if openflow is not None:
+        plots.append(openflow)
     return plots
+
+
+def plot_openflow_utilisation(fabric: Fabric, port_stats_path: Path, window_monotonic_s,
+                              path: Path, most: int = OPENFLOW_PLOT_LINKS) -> Path | None:
+    """Utilisation over time of the busiest link directions, from the switches' own port
+    counters as the controller polled them over OpenFlow (port-stats.jsonl); None when the
+    run polled nothing."""
+    from testbed.openflow_stats import link_rate_series, port_samples, read_json_lines
+
+    series = link_rate_series(fabric, port_samples(read_json_lines(port_stats_path)))
+    series = {label: points for label, points in series.items() if points}
+    if not series:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rate = {}
+    for link in fabric.links:
+        rate[f"{link.a}->{link.b}"] = rate[f"{link.b}->{link.a}"] = link.rate_mbit
+    t0 = min(points[0].t0_s for points in series.values())
+    busiest = sorted(series, key=lambda k: -max(p.mbit for p in series[k]))[:most]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for label in busiest:
+        points = series[label]
+        scale = 100 / rate[label] if rate.get(label) else 0.0
+        ax.step([p.t1_s - t0 for p in points], [p.mbit * scale for p in points], where="pre",
+                lw=0.9, label=label)
+    if window_monotonic_s:
+        ax.axvspan(window_monotonic_s[0] - t0, window_monotonic_s[1] - t0, color="tab:green",
+                   alpha=0.1)
+    ax.set_xlabel("time since the first poll (s)")
+    ax.set_ylabel("utilisation (%)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"the {len(busiest)} busiest link directions, from OpenFlow port counters "
+                 "(shaded: timed iterations)")
+    ax.legend(loc="upper right", fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def busiest_ports(queue_samples: dict, most: int) -> list[str]:

@@ -24,6 +24,7 @@ NEAR_LINK = "p0e0-eth1"      # the switch end of p0e0h0's link
 INTERVAL_S = 0.01
 DOWN_AT_S, UP_AT_S, DURATION_S = 1.5, 3.5, 6.0
 SANITY_BOUND_S = 3.0
+IN_FLIGHT_S = 0.3            # answers to requests sent before the move may still arrive
 
 
 def test_clients_follow_the_nearest_live_replica(ledger, tmp_path):
@@ -63,5 +64,5 @@ def test_clients_follow_the_nearest_live_replica(ledger, tmp_path):
     print(f"anycast: served by {FAR} {1000 * (first_far - t_down):.0f} ms after {NEAR}'s link "
           f"went down, back on {NEAR} {1000 * (back - t_up):.0f} ms after it returned")
     assert first_far - t_down < SANITY_BOUND_S and back - t_up < SANITY_BOUND_S
-    late = [a["replica"] for a in answers if a["t_monotonic_s"] > back]
-    assert set(late) == {NEAR}
+    late = [a["replica"] for a in answers if a["t_monotonic_s"] > back + IN_FLIGHT_S]
+    assert late and set(late) == {NEAR}

@@ -56,7 +56,8 @@ ECT_FRACTION = 0.95  # of the packets offered to the port, ECT ones (eBPF path c
 GOODPUT_FRACTION = 0.85  # both flows together keep the bottleneck this busy
 ECN_FIFO_DROPS_MAX = 0  # marking, not dropping, holds the queue
 # Without ECN:
-ABOVE_K_FRACTION_DROPTAIL = 0.50  # of judged samples above K + tolerance
+ABOVE_K_FRACTION_DROPTAIL = 0.25  # of judged samples above K + tolerance (ECN: <= 10%); cubic
+# saws between a full buffer and half of it, so a third to a half of the samples sit above K
 FULL_BUFFER_TOLERANCE_BYTES = MTU  # the marker's peak virtual queue is within a frame of
                                    # the buffer (eBPF path: a frame that does not fit drops)
 

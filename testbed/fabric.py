@@ -36,14 +36,19 @@ from pathlib import Path
 from testbed import ovs
 from testbed.controller import ControllerProcess
 from testbed.errors import TestbedError
+from testbed.qos import class_plan
 from testbed.qos.apply import EcnMarking
-from testbed.qos.profiles import QueueConfig
+from testbed.qos.pfc_runtime import PauseAgentProcess, lossless_queue_drops, pfc_totals
+from testbed.qos.profiles import PFC_CLASSES, QueueConfig
 from testbed.qos.settings import SYSCTL_TCP_CC, sysctl_lines
 from testbed.state import (STATE_DIR, Ledger, kill_processes, netns_inode, process_start_ticks,
                            processes_in_netns)
 from testbed.topology.base import Fabric
 
 BUFFER_HANDLE = "10:"  # the per-port drop-tail buffer's tc handle
+# Every queue that drops: the single buffer, or one per traffic class.
+BUFFER_HANDLES = frozenset({BUFFER_HANDLE, *(class_plan.leaf_handle(p)
+                                             for p in range(PFC_CLASSES))})
 OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 OVS_TIMEOUT_S = 120
 # Interface group of every root-namespace veth end a run makes: one netlink request then
@@ -91,19 +96,24 @@ def default_buffer_bytes(rate_mbit: float, mtu_bytes: int) -> int:
     return max(8 * mtu_bytes, int(rate_mbit * 1e6 / 8 * 0.050))
 
 
-def shaping_commands(intf: str, rate_mbit: float | None, mtu_bytes: int) -> list[str]:
+def shaping_commands(intf: str, rate_mbit: float | None, mtu_bytes: int,
+                     queue: QueueConfig | None = None) -> list[str]:
     """tc commands (without the leading ``tc``) giving ``intf`` an HTB rate and a byte-sized
-    drop-tail buffer; none for an unshaped link."""
+    drop-tail buffer, or, when ``queue`` asks for traffic classes, one buffer per class
+    (``testbed.qos.class_plan``); none for an unshaped link."""
     if rate_mbit is None:
         return []
     burst = 2 * mtu_bytes
     quantum = mtu_bytes + 64  # at least one frame per round, so jumbo frames are not starved
+    classes = queue is not None and queue.uses_classes
+    default_minor = class_plan.default_class_minor() if classes else 1
     return [
-        f"qdisc replace dev {intf} root handle 5: htb default 1",
+        f"qdisc replace dev {intf} root handle 5: htb default {default_minor:x}",
         f"class replace dev {intf} parent 5: classid 5:1 htb rate {rate_mbit}mbit "
         f"burst {burst} cburst {burst} quantum {quantum}",
         f"qdisc replace dev {intf} parent 5:1 handle {BUFFER_HANDLE} bfifo "
         f"limit {default_buffer_bytes(rate_mbit, mtu_bytes)}",
+        *(class_plan.class_commands(intf, rate_mbit, mtu_bytes, queue) if classes else []),
     ]
 
 
@@ -111,10 +121,11 @@ def qdisc_drops(tc_json: str) -> int:
     """Packets dropped by the link buffers in ``tc -s -j qdisc show`` output (the HTB parent
     repeats its children's drops, so only the buffers themselves are counted)."""
     return sum(q.get("drops", 0) for q in json.loads(tc_json or "[]")
-               if q.get("handle") == BUFFER_HANDLE)
+               if q.get("handle") in BUFFER_HANDLES)
 
 
-def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None) -> str:
+def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None,
+                queue: QueueConfig | None = None) -> str:
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
@@ -132,7 +143,10 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         *(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
           for h in fabric.hosts if h.name != host),
     ]
-    tc_batch = shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes)
+    # With traffic classes, a host's egress has the same class queues as a switch port, so
+    # that PFC can pause its lossless class.
+    tc_batch = shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes,
+                                queue if queue is not None and queue.uses_classes else None)
     lines = [
         "set -e",
         # IPv6 off before the link comes up: no DAD or router solicitations on the fabric.
@@ -146,10 +160,10 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     return "\n".join(lines) + "\n"
 
 
-def switch_tc_batch(fabric: Fabric) -> str:
+def switch_tc_batch(fabric: Fabric, queue: QueueConfig | None = None) -> str:
     """``tc -batch`` input shaping every switch-side interface (root namespace)."""
     lines = [cmd for _, _, intf, link in fabric.switch_ends()
-             for cmd in shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes)]
+             for cmd in shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes, queue)]
     return "\n".join(lines) + "\n"
 
 
@@ -208,8 +222,11 @@ class FabricNetwork:
                                      if datapath == "user" else ovs.SystemSwitchd(ledger, log))
         self.timings = Timings()
         self.host_sysctls = dict(host_sysctls or {})
+        self.queue = queue
         self.marking = (EcnMarking(fabric, queue, ledger, ecn_path, log=log)
                         if queue is not None else None)
+        self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, log=log)
+                    if queue is not None and queue.pfc is not None else None)
 
     def __enter__(self) -> FabricNetwork:
         try:
@@ -246,6 +263,8 @@ class FabricNetwork:
                 self._shape_switch_ends()
                 if self.marking is not None:
                     self.marking.apply()
+                if self.pfc is not None:
+                    self.pfc.start({name: host.pid for name, host in self.hosts.items()})
                 self.timings.build_s = time.monotonic() - t0
                 self.timings.programmed_s = self.controller.wait_programmed(set(self.bridges))
                 self._group_bridge_taps()
@@ -323,7 +342,7 @@ class FabricNetwork:
         with self.ledger.kernel_settings(allowed_congestion_control(self.host_sysctls)):
             for name, host in self.hosts.items():
                 path = scripts / f"{name}.sh"
-                path.write_text(host_script(self.fabric, name, self.host_sysctls))
+                path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue))
                 host.sendCmd(f"sh {path}; echo rc=$?")
             for name, host in self.hosts.items():
                 out = host.waitOutput()
@@ -350,7 +369,7 @@ class FabricNetwork:
 
     def _shape_switch_ends(self) -> None:
         """Rates and buffers on every switch end, from one ``tc -batch``."""
-        out = subprocess.run(["tc", "-batch", "-"], input=switch_tc_batch(self.fabric),
+        out = subprocess.run(["tc", "-batch", "-"], input=switch_tc_batch(self.fabric, self.queue),
                              capture_output=True, text=True)
         if out.returncode != 0:
             raise TestbedError(f"tc could not shape the switch ports: {out.stderr.strip()[-300:]}")
@@ -401,6 +420,20 @@ class FabricNetwork:
             total += qdisc_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"))
         return total
 
+    def pfc_summary(self) -> dict:
+        """PFC so far: pause frames sent and received, time paused, storms (from the pause
+        agent) and drops in the lossless queues, switches and hosts (which must stay 0)."""
+        if self.pfc is None:
+            raise TestbedError("this fabric runs without PFC (its queue has no pfc thresholds)")
+        summary = pfc_totals(self.pfc.counters())
+        root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
+        drops = lossless_queue_drops(root.stdout, self.queue)
+        for host in self.hosts.values():
+            drops += lossless_queue_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"), self.queue)
+        summary["lossless_drops"] = drops
+        summary["agent_running"] = self.pfc.alive()
+        return summary
+
     def switch_counters(self) -> dict[str, int]:
         """Packets received and sent by all switch ports, and dropped by their egress queues:
         the inputs of the packet-conservation check (testbed.fidelity.emulator_losses)."""
@@ -422,6 +455,8 @@ class FabricNetwork:
         self.timings.stop_s = time.monotonic() - t0
 
     def _tear_down(self) -> None:
+        if self.pfc is not None:
+            self.pfc.stop()  # first: its sockets in the hosts' namespaces keep them alive
         shells = {h.pid: process_start_ticks(h.pid) for h in self.hosts.values()}
         inodes = {netns_inode(pid) for pid in shells} - {None}
         # Hosts first, with whatever their commands left running: their namespaces then take

@@ -397,13 +397,17 @@ def fabric_marking_plan(path: str, ports: Sequence[Port], queue: QueueConfig, mt
         raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
     if not ports:
         raise ConfigError("ecn", "needs shaped links: no switch port has a rate to queue at")
+    if path == ECN_PATH_RED and queue.ecn is not None and queue.uses_classes:
+        raise ConfigError("ecn_path", "RED marking per traffic class is not built: with "
+                                      "classes or PFC, mark on the ebpf path")
     tc: list[list[str]] = []
     bpftool: list[list[str]] = []
     for port in ports:
         if path == ECN_PATH_RED and queue.ecn is not None:
             tc += red_commands(port.intf, port.rate_mbit, queue, mtu_bytes)
             continue
-        tc.append(buffer_command(port.intf, queue.buffer_bytes))
+        if not queue.uses_classes:  # class queues got their buffers with the shaping
+            tc.append(buffer_command(port.intf, queue.buffer_bytes))
         if path == ECN_PATH_EBPF:
             tc += ebpf_attach_commands(port.intf, obj)
             bpftool += ebpf_config_commands(port.ifindex, marker_config(port.rate_mbit, queue))

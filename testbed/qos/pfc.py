@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -98,6 +99,26 @@ class PfcFrame:
     src_mac: str
     dst_mac: str
     pause_quanta: dict[int, int]
+
+
+PFC_HEADER = struct.Struct("!6s6sHHH8H")  # dst, src, ethertype, opcode, class-enable vector, times
+
+
+def _mac_text(raw: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def decode_pfc_frame(data: bytes) -> PfcFrame | None:
+    """The same decoding as ``parse_pfc_frame``, by fixed offsets: what the pause agent runs
+    on every frame it receives (scapy takes about a millisecond per frame). A unit test holds
+    the two to the same answers."""
+    if len(data) < PFC_HEADER.size:
+        return None
+    dst, src, ethertype, opcode, enabled, *times = PFC_HEADER.unpack_from(data)
+    if ethertype != PFC_ETHERTYPE or opcode != PFC_OPCODE:
+        return None
+    quanta = {cls: times[cls] for cls in range(PFC_CLASSES) if enabled >> cls & 1}
+    return PfcFrame(src_mac=_mac_text(src), dst_mac=_mac_text(dst), pause_quanta=quanta)
 
 
 def parse_pfc_frame(data: bytes) -> PfcFrame | None:

@@ -191,6 +191,7 @@ class QueueConfig:
     ecn: EcnProfile | None = None
     classes: tuple[TrafficClass, ...] = DEFAULT_CLASSES
     pfc: PfcConfig | None = None
+    class_queues: bool = False  # one queue per class (testbed.qos.class_plan); PFC implies it
 
     def __post_init__(self):
         check_bytes("buffer_bytes", self.buffer_bytes)
@@ -253,6 +254,11 @@ class QueueConfig:
             if dscp in tc.dscp:
                 return tc.priority
         return DEFAULT_PRIORITY
+
+    @property
+    def uses_classes(self) -> bool:
+        """Whether ports get one queue per traffic class instead of one FIFO."""
+        return self.class_queues or self.pfc is not None
 
     @property
     def lossless_priorities(self) -> tuple[int, ...]:

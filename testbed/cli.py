@@ -1,4 +1,5 @@
-"""The ``testbed`` command: run, topo, doctor, clean, bench.
+"""The ``testbed`` command: run, topo, doctor, clean, bench, and the experiments (hedera,
+dragonfly-routing, incast, dctcp).
 
 Errors the user can act on print as one line (``testbed: error: ...``) with exit status 2;
 Ctrl-C exits 130 after the run has torn everything down.
@@ -104,6 +105,29 @@ def cmd_bench(args) -> int:
     return 0
 
 
+INCAST_FLAGS = {  # flag -> testbed.incast.IncastConfig field; unset flags keep its default
+    "response_bytes": "response_bytes", "rounds": "rounds", "warmup": "warmup_rounds",
+    "gap_s": "gap_s", "rate_mbit": "rate_mbit", "mtu": "mtu_bytes",
+    "buffer_bytes": "buffer_bytes", "dscp": "dscp", "pfc_reaction_time_s": "pfc_reaction_time_s",
+    "round_timeout_s": "round_timeout_s", "receiver": "receiver", "results": "results_dir",
+}
+
+
+def cmd_incast(args) -> int:
+    from testbed.incast import IncastConfig, parse_int_list, run_incast
+
+    given = {field: getattr(args, flag) for flag, field in INCAST_FLAGS.items()
+             if getattr(args, flag) is not None}
+    if args.sweep is not None:
+        given["fanins"] = parse_int_list("--sweep", args.sweep)
+    elif args.fanin is not None:
+        given["fanins"] = (args.fanin,)
+    if args.mode:
+        given["modes"] = tuple(args.mode)
+    result = run_incast(IncastConfig(**given), log=lambda m: print(f"[incast] {m}", flush=True))
+    return 1 if any(m.error for m in result.measurements) else 0
+
+
 def cmd_hedera(args) -> int:
     from testbed.hedera import HederaConfig, run_hedera
 
@@ -111,6 +135,35 @@ def cmd_hedera(args) -> int:
                           seed=args.seed, results_dir=args.results,
                           patterns=tuple(args.pattern) if args.pattern else HederaConfig.patterns)
     run_hedera(config, log=lambda m: print(f"[hedera] {m}", flush=True))
+    return 0
+
+
+DCTCP_FLAGS = {  # flag -> testbed.dctcp_bench.DctcpConfig field; unset flags keep its default
+    "rate_mbit": "rate_mbit", "senders": "senders", "seconds": "seconds", "omit": "omit_s",
+    "k_bytes": "k_bytes", "buffer_bytes": "buffer_bytes", "rtt_s": "rtt_s", "mtu": "mtu_bytes",
+    "droptail_cc": "droptail_cc", "ecn_cc": "ecn_cc", "results": "results_dir",
+}
+
+
+def dctcp_config(args):
+    """The DctcpConfig the flags ask for (not yet validated)."""
+    from testbed.dctcp_bench import DctcpConfig
+
+    given = {field: getattr(args, flag) for flag, field in DCTCP_FLAGS.items()
+             if getattr(args, flag) is not None}
+    if "senders" in given:
+        given["senders"] = tuple(given["senders"])
+    return DctcpConfig(**given)
+
+
+def cmd_dctcp(args) -> int:
+    from testbed import dctcp_bench
+
+    if args.replot is not None:
+        for path in dctcp_bench.replot(args.replot):
+            print(path)
+        return 0
+    dctcp_bench.run_dctcp(dctcp_config(args), log=lambda m: print(f"[dctcp] {m}", flush=True))
     return 0
 
 
@@ -178,6 +231,35 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fat-tree sizes to bring up and down (default: 4 and 8)")
     bench.set_defaults(func=cmd_bench)
 
+    incast = sub.add_parser("incast", help="N synchronised senders answering one receiver on "
+                            "the k=4 fat-tree: drop-tail vs ECN vs PFC (drops, TCP timeouts, "
+                            "query completion times)")
+    fanin = incast.add_mutually_exclusive_group()
+    fanin.add_argument("--fanin", type=int, help="senders per query, 1..15 (default 15)")
+    fanin.add_argument("--sweep", metavar="N,N,...", help="fan-ins to measure in turn, "
+                       "e.g. 1,3,7,15")
+    incast.add_argument("--mode", action="append", choices=("droptail", "ecn", "pfc"),
+                        help="queue mode (repeatable; default all three)")
+    incast.add_argument("--response-bytes", type=int, help="bytes each sender answers per "
+                        "query (default 65536)")
+    incast.add_argument("--rounds", type=int, help="queries per fan-in (default 20)")
+    incast.add_argument("--warmup", type=int, help="queries before the recorded ones "
+                        "(default 1)")
+    incast.add_argument("--gap-s", type=float, help="pause between queries (default 0.2)")
+    incast.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 10)")
+    incast.add_argument("--mtu", type=int, help="MTU in bytes (default 1500)")
+    incast.add_argument("--buffer-bytes", type=int, help="every port's buffer in bytes "
+                        "(default: 50 ms at the link rate)")
+    incast.add_argument("--dscp", type=int, help="DSCP of the incast traffic (default 26, the "
+                        "lossless class)")
+    incast.add_argument("--pfc-reaction-time-s", type=float, help="pause reaction time sizing "
+                        "the PFC headroom (default: the emulated pause path's, 0.005)")
+    incast.add_argument("--round-timeout-s", type=float, help="a query's time limit "
+                        "(default 60)")
+    incast.add_argument("--receiver", help="the receiving host (default p0e0h0)")
+    incast.add_argument("--results", help="results folder (default results)")
+    incast.set_defaults(func=cmd_incast)
+
     hedera = sub.add_parser("hedera", help="ECMP vs single-path vs a non-blocking switch on the "
                             "k=4 fat-tree (Hedera's patterns), and ECMP's uplink spread")
     add_flow_experiment_args(hedera)
@@ -189,7 +271,37 @@ def build_parser() -> argparse.ArgumentParser:
                           "dragonfly: the adversarial group shift and uniform traffic")
     add_flow_experiment_args(dfly)
     dfly.set_defaults(func=cmd_dragonfly_routing)
+
+    dctcp = sub.add_parser("dctcp", help="DCTCP micro-benchmark: N senders into one switch "
+                           "port, drop-tail vs ECN marking at K, queue sampled every 10 ms")
+    add_dctcp_args(dctcp)
+    dctcp.set_defaults(func=cmd_dctcp)
     return ap
+
+
+def add_dctcp_args(parser: argparse.ArgumentParser) -> None:
+    """The options of ``testbed dctcp`` (testbed.dctcp_bench.DctcpConfig); an option left
+    out keeps the config's default, named in its help."""
+    parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 20)")
+    parser.add_argument("--senders", type=int, nargs="+", metavar="N",
+                        help="sender counts to run, e.g. --senders 2 8 (default 2 8)")
+    parser.add_argument("--seconds", type=int, help="measured seconds per configuration "
+                        "(default 30)")
+    parser.add_argument("--omit", type=int, help="TCP start-up seconds left out (default 5)")
+    parser.add_argument("--k-bytes", type=int, help="marking threshold K in bytes (default: "
+                        "DCTCP's anchors scaled to the link rate)")
+    parser.add_argument("--buffer-bytes", type=int, help="the port's buffer in bytes "
+                        "(default: 50 ms at the link rate)")
+    parser.add_argument("--rtt-s", type=float, help="path RTT in seconds; a scaled K then "
+                        "also satisfies K > C*RTT/7")
+    parser.add_argument("--mtu", type=int, help="MTU in bytes (default 1500)")
+    parser.add_argument("--droptail-cc", help="drop-tail hosts' TCP: cubic or reno "
+                        "(default cubic)")
+    parser.add_argument("--ecn-cc", help="ECN hosts' TCP: auto, dctcp, cubic or reno "
+                        "(default auto: dctcp where the kernel has it, else cubic)")
+    parser.add_argument("--results", help="results folder (default results)")
+    parser.add_argument("--replot", metavar="RUN_DIR", help="only redraw the figures of a "
+                        "finished run from its files (no root)")
 
 
 def main(argv=None) -> int:

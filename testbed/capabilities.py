@@ -48,7 +48,7 @@ class Paths:
     tcp_congestion: str  # "dctcp", "cubic+ecn", or "reno+ecn" if cubic is missing
     rdma: str  # "rxe" or "userspace-roce"
     delay_loss: str  # "netem" or "none"
-    pfc: str  # always "ebpf+pause-frames" for now (userspace/eBPF emulation of 802.1Qbb)
+    pfc: str  # always "tbf-pause-agent": no kernel has PFC on veths, so it is emulated
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ TOOL_COMMANDS: dict[str, str] = {
     "bpftool": "bpftool",
 }
 
-PFC_PATH = "ebpf+pause-frames"
+PFC_PATH = "tbf-pause-agent"  # per-class tbf queues paused by real 802.1Qbb frames (testbed.qos.pfc_agent)
 ECN_PATH_RED = "red-qdisc"
 ECN_PATH_EBPF = "ebpf"
 # What each ECN marking path needs (testbed.qos.ecn_plan plans it, testbed.qos.apply runs
@@ -298,7 +298,7 @@ def ecn_marking_summary(platform: Platform) -> str:
 
 
 # Features whose code exists today; the others show the path they will take once built.
-IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion"})
+IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion", "pfc"})
 
 
 def format_report(platform: Platform) -> str:

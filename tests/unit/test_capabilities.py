@@ -179,7 +179,7 @@ def test_dev_vm_profile_paths():
         tcp_congestion="cubic+ecn",
         rdma="userspace-roce",
         delay_loss="none",
-        pfc="ebpf+pause-frames",
+        pfc="tbf-pause-agent",
     )
 
 
@@ -201,7 +201,7 @@ def test_ubuntu_profile_paths():
         tcp_congestion="dctcp",
         rdma="rxe",
         delay_loss="netem",
-        pfc="ebpf+pause-frames",
+        pfc="tbf-pause-agent",
     )
 
 
@@ -268,7 +268,7 @@ def test_reno_when_cubic_and_dctcp_are_missing():
 
 def test_choose_paths_treats_missing_capabilities_as_absent():
     assert choose_paths({}) == Paths(
-        "userspace", "ebpf", "reno+ecn", "userspace-roce", "none", "ebpf+pause-frames"
+        "userspace", "ebpf", "reno+ecn", "userspace-roce", "none", "tbf-pause-agent"
     )
 
 

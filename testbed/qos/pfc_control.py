@@ -125,8 +125,9 @@ class PauseTimer:
         return False
 
     def paused_time_s(self, now_s: float) -> float:
-        """Time spent paused so far, the current pause included."""
-        current = now_s - self.paused_since_s if self.paused else 0.0
+        """Time spent paused so far, the current pause included (up to its end, if it has run
+        out and ``expire`` has not yet been called, as ``expire`` would count it)."""
+        current = (min(now_s, self.paused_until_s) - self.paused_since_s) if self.paused else 0.0
         return self.paused_total_s + current
 
     def _end(self, now_s: float) -> str:

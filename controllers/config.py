@@ -10,6 +10,8 @@ variables, since os-ken instantiates apps itself and passes them no arguments.
     TESTBED_PORT_STATS_INTERVAL_S   seconds between polls (default 0.5)
     TESTBED_ANYCAST_JSON            anycast service {"service_ip": ..., "replicas": [...]}: a
                                     path to that JSON, or the JSON text itself (unset: none)
+    TESTBED_WIRING_JSONL            wiring check reports, one JSON object a line (path; unset:
+                                    no check, see controllers.lldp_app)
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ ENV_EVENTS = "TESTBED_EVENTS_JSONL"
 ENV_PORT_STATS = "TESTBED_PORT_STATS_JSONL"
 ENV_PORT_STATS_INTERVAL = "TESTBED_PORT_STATS_INTERVAL_S"
 ENV_ANYCAST = "TESTBED_ANYCAST_JSON"
+ENV_WIRING = "TESTBED_WIRING_JSONL"
 DEFAULT_PORT_STATS_INTERVAL_S = 0.5
 
 
@@ -40,6 +43,7 @@ class ControllerConfig:
     port_stats_path: str | None = None
     port_stats_interval_s: float = DEFAULT_PORT_STATS_INTERVAL_S
     anycast: str | None = None  # as TESTBED_ANYCAST_JSON holds it: a path or JSON text
+    wiring_path: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> ControllerConfig:
@@ -49,7 +53,7 @@ class ControllerConfig:
         return cls(fabric_path=environ[ENV_FABRIC], status_path=environ.get(ENV_STATUS),
                    routing=environ.get(ENV_ROUTING, ECMP), events_path=environ.get(ENV_EVENTS),
                    port_stats_path=environ.get(ENV_PORT_STATS), port_stats_interval_s=interval,
-                   anycast=environ.get(ENV_ANYCAST))
+                   anycast=environ.get(ENV_ANYCAST), wiring_path=environ.get(ENV_WIRING))
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that give this configuration (unset ones left out)."""
@@ -57,7 +61,7 @@ class ControllerConfig:
                ENV_ROUTING: self.routing, ENV_EVENTS: self.events_path,
                ENV_PORT_STATS: self.port_stats_path,
                ENV_PORT_STATS_INTERVAL: repr(self.port_stats_interval_s),
-               ENV_ANYCAST: self.anycast}
+               ENV_ANYCAST: self.anycast, ENV_WIRING: self.wiring_path}
         return {name: value for name, value in env.items() if value is not None}
 
     def anycast_service(self) -> AnycastService | None:

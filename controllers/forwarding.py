@@ -9,7 +9,11 @@ A ``SwitchTable`` is one switch's select groups (id -> buckets) and flows ((prio
   - the dragonfly modes (controllers.dragonfly_routing: minimal, valiant, ugal):
     ``dragonfly_table``.
 Both add the rule that sends every ARP packet to the controller, which answers it: nothing
-floods, and there is no table-miss flow (IPv6 ND, stray broadcasts are dropped).
+floods, and there is no table-miss flow (IPv6 ND, stray broadcasts are dropped). Both add the
+rule that sends every LLDP frame to the controller, above every other rule: the wiring check
+(controllers.lldp_app) reads them, and no switch ever forwards one. That rule belongs to the
+table rather than to the wiring app because a connecting switch is wiped and programmed from
+its table: a flow another app sent alongside could land before the wipe and be lost.
 
 Plans are lists of message descriptions (``GroupMod``, ``FlowMod``, ``Barrier``, ``Wipe``):
   - ``program_plan``: what a switch gets when it connects: wipe flows and groups, add every
@@ -37,8 +41,10 @@ from controllers.routing import Route, SwitchRules
 
 ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
+ETH_TYPE_LLDP = 0x88CC
 
 # Priorities of the shortest-path family (the dragonfly modes bring their own, 100-120).
+PRIORITY_LLDP = 210  # above everything: an LLDP frame only ever goes to the controller
 PRIORITY_ARP = 200
 PRIORITY_DELIVERY = 120    # to a host of this switch, where port routes exist
 PRIORITY_PORT_ROUTE = 110  # by input port: a GPU's own rail
@@ -114,8 +120,10 @@ def route_actions(route: Route) -> tuple[FlowAction, ...]:
 
 
 def base_table(name: str, dpid: int) -> SwitchTable:
-    """What every switch holds whatever its routing: the rule sending ARP to the controller."""
+    """What every switch holds whatever its routing: the rules sending ARP and LLDP to the
+    controller."""
     table = SwitchTable(name, dpid)
+    table.add_flow(PRIORITY_LLDP, FlowMatch(eth_type=ETH_TYPE_LLDP), (ToController(),))
     table.add_flow(PRIORITY_ARP, FlowMatch(eth_type=ETH_TYPE_ARP), (ToController(),))
     return table
 

@@ -5,7 +5,7 @@ process:
 
     python -m controllers.launcher --fabric F --status S --port 6653 [--routing MODE]
         [--events EVENTS.jsonl] [--port-stats STATS.jsonl] [--port-stats-interval 0.5]
-        [--anycast ANYCAST.json]
+        [--anycast ANYCAST.json] [--wiring-check WIRING.jsonl]
 
 It hands the settings to the apps as environment variables (controllers.config).
 """
@@ -23,7 +23,7 @@ from controllers.fabric_state import ROUTING_MODES, routing_problem
 from testbed.topology.base import Fabric
 
 APPS = ["controllers.fabric_app", "controllers.arp_app", "controllers.port_stats_app",
-        "os_ken.controller.ofp_handler"]
+        "controllers.lldp_app", "os_ken.controller.ofp_handler"]
 
 
 def parse_args(argv=None) -> tuple[ControllerConfig, int]:
@@ -42,13 +42,17 @@ def parse_args(argv=None) -> tuple[ControllerConfig, int]:
                     metavar="S", help="seconds between port-counter polls (0.5)")
     ap.add_argument("--anycast", help='anycast service JSON {"service_ip": ..., "replicas": '
                     '[host names]} (a file, or the JSON text)')
+    ap.add_argument("--wiring-check", metavar="WIRING.jsonl", help="check the cabling against "
+                    "the fabric with LLDP and write the verdicts there, JSON lines (default: "
+                    "no check)")
     args = ap.parse_args(argv)
     if not args.port_stats_interval > 0:
         ap.error(f"--port-stats-interval must be > 0, got {args.port_stats_interval}")
     config = ControllerConfig(
         fabric_path=args.fabric, status_path=args.status, routing=args.routing,
         events_path=args.events, port_stats_path=args.port_stats,
-        port_stats_interval_s=args.port_stats_interval, anycast=args.anycast)
+        port_stats_interval_s=args.port_stats_interval, anycast=args.anycast,
+        wiring_path=args.wiring_check)
     fabric = Fabric.load_json(args.fabric)
     problem = routing_problem(fabric.kind, args.routing)
     if problem:

@@ -3,8 +3,9 @@
 It is started before the switches (Mininet switches wait for their controller) and reports
 which switches it has programmed through a status file. Its other files, all in the run
 directory: failure events (controller-events.jsonl) and port counters polled over OpenFlow
-(port-stats.jsonl), read by testbed.openflow_stats; and, when the run directory holds
-anycast.json (``write_anycast``), the anycast service it routes.
+(port-stats.jsonl), read by testbed.openflow_stats; the wiring check's verdicts (wiring.jsonl,
+controllers.wiring); and, when the run directory holds anycast.json (``write_anycast``), the
+anycast service it routes.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653
 EVENTS_FILE = "controller-events.jsonl"
 PORT_STATS_FILE = "port-stats.jsonl"
+WIRING_FILE = "wiring.jsonl"
 ANYCAST_FILE = "anycast.json"
 
 
@@ -35,17 +37,21 @@ def write_anycast(workdir: Path, anycast: dict) -> Path:
 
 class ControllerProcess:
     """Runs ``python -m controllers.launcher`` for a fabric JSON; logs go to ``log_path``.
-    Port counters are polled every ``port_stats_interval_s`` (None: not polled)."""
+    Port counters are polled every ``port_stats_interval_s`` (None: not polled); the cabling
+    is checked with LLDP unless ``wiring_check`` is False (two frames a switch port per change)."""
 
     def __init__(self, fabric_json: Path, workdir: Path, port: int = DEFAULT_PORT,
                  routing: str = "ecmp",
-                 port_stats_interval_s: float | None = DEFAULT_PORT_STATS_INTERVAL_S):
+                 port_stats_interval_s: float | None = DEFAULT_PORT_STATS_INTERVAL_S,
+                 wiring_check: bool = True):
         self.fabric_json = fabric_json
         self.status_path = workdir / "controller-status.json"
         self.log_path = workdir / "controller.log"
         self.events_path = workdir / EVENTS_FILE
         self.port_stats_path = workdir / PORT_STATS_FILE
         self.anycast_path = workdir / ANYCAST_FILE
+        self.wiring_path = workdir / WIRING_FILE
+        self.wiring_check = wiring_check
         self.port = port
         self.routing = routing
         self.port_stats_interval_s = port_stats_interval_s
@@ -61,6 +67,8 @@ class ControllerProcess:
                      "--port-stats-interval", repr(self.port_stats_interval_s)]
         if self.anycast_path.exists():
             argv += ["--anycast", str(self.anycast_path)]
+        if self.wiring_check:
+            argv += ["--wiring-check", str(self.wiring_path)]
         return argv
 
     def start(self, timeout_s: float = 20.0) -> int:
@@ -74,7 +82,7 @@ class ControllerProcess:
         if port_in_use(self.port):
             raise TestbedError(f"OpenFlow port {LISTEN_HOST}:{self.port} is already in use; "
                                "stop whatever listens there or run `testbed clean`")
-        for path in (self.status_path, self.events_path, self.port_stats_path):
+        for path in (self.status_path, self.events_path, self.port_stats_path, self.wiring_path):
             path.unlink(missing_ok=True)  # an earlier controller's, in this run directory
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

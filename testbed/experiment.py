@@ -23,8 +23,9 @@ from pathlib import Path
 from controllers.anycast import anycast_routes, replica_for_hosts
 from controllers.fabric_state import AnycastService, FabricState, anycast_problem, routing_problem
 from controllers.forwarding import group_ports
+from controllers.wiring import wiring_summary
 from testbed.capabilities import detect
-from testbed.controller import EVENTS_FILE, PORT_STATS_FILE, write_anycast
+from testbed.controller import EVENTS_FILE, PORT_STATS_FILE, WIRING_FILE, write_anycast
 from testbed.errors import ConfigError, TestbedError
 from testbed.fabric import FabricNetwork, check_root, default_buffer_bytes
 from testbed.fidelity import emulator_losses, judge
@@ -252,12 +253,14 @@ def start_anycast(net: FabricNetwork, service: AnycastService, routing: str, log
 
 
 def openflow_summary(workdir: Path, fabric, window_monotonic_s: list[float]) -> dict:
-    """The controller's files, summarised: its failure events as written, and per link
-    direction the rate the switches' own port counters saw during the timed window."""
+    """The controller's files, summarised: its failure events as written, per link
+    direction the rate the switches' own port counters saw during the timed window, and its
+    latest wiring check (controllers.wiring.wiring_summary; None if none completed)."""
     events = read_json_lines(workdir / EVENTS_FILE)
     samples = port_samples(read_json_lines(workdir / PORT_STATS_FILE))
     return {"events": events,
-            "port_counters": link_rate_summary(fabric, samples, tuple(window_monotonic_s))}
+            "port_counters": link_rate_summary(fabric, samples, tuple(window_monotonic_s)),
+            "wiring": wiring_summary(read_json_lines(workdir / WIRING_FILE))}
 
 
 def run_allreduce(net: FabricNetwork, config: RunConfig, workdir: Path, log=print) -> dict:

@@ -42,12 +42,15 @@ def test_controller_process_hands_over_every_file(tmp_path, fabric_json):
         fabric_path=str(fabric_json), status_path=str(tmp_path / "controller-status.json"),
         routing="single", events_path=str(tmp_path / "controller-events.jsonl"),
         port_stats_path=str(tmp_path / "port-stats.jsonl"),
-        port_stats_interval_s=DEFAULT_PORT_STATS_INTERVAL_S, anycast=None)
+        port_stats_interval_s=DEFAULT_PORT_STATS_INTERVAL_S, anycast=None,
+        wiring_path=str(tmp_path / "wiring.jsonl"))
     write_anycast(tmp_path, ANYCAST)
     config, _ = parse_args(proc.argv()[3:])
     assert config.anycast_service() == AnycastService.from_dict(ANYCAST)
-    quiet = ControllerProcess(fabric_json, tmp_path, port_stats_interval_s=None).argv()
+    quiet = ControllerProcess(fabric_json, tmp_path, port_stats_interval_s=None,
+                              wiring_check=False).argv()
     assert "--port-stats" not in quiet and "--port-stats-interval" not in quiet
+    assert "--wiring-check" not in quiet
 
 
 def test_environment_round_trip(tmp_path):

@@ -12,7 +12,8 @@ from controllers.dragonfly_routing import (MINIMAL, UGAL, VALIANT, WEIGHT_SCALE,
 from controllers.fabric_state import (UGAL_MIN_WEIGHT_CHANGE, AnycastService, Change,
                                       FabricState, anycast_problem, link_ends, routing_problem,
                                       ugal_updates)
-from controllers.forwarding import ETH_TYPE_ARP, FlowMatch, GroupMod, describe_plan
+from controllers.forwarding import (ETH_TYPE_ARP, ETH_TYPE_LLDP, PRIORITY_ARP, PRIORITY_LLDP,
+                                    FlowMatch, GroupMod, describe_plan)
 from testbed.topology import build
 from testbed.topology.fattree import fat_tree
 
@@ -82,7 +83,8 @@ def test_switch_down_empties_its_table_and_reroutes_its_neighbours(tree):
     assert state.switch_status("p0a0", up=False) == Change("switch_down", switch="p0a0")
     assert state.switch_status("p0a0", up=False) is None
     plans = state.refresh()
-    assert set(state.tables["p0a0"].flows) == {(200, FlowMatch(eth_type=ETH_TYPE_ARP))}
+    assert set(state.tables["p0a0"].flows) == {(PRIORITY_ARP, FlowMatch(eth_type=ETH_TYPE_ARP)),
+                                               (PRIORITY_LLDP, FlowMatch(eth_type=ETH_TYPE_LLDP))}
     assert not state.tables["p0a0"].groups
     assert {"p0e0", "p0e1"} <= set(plans)  # its edge switches lose an uplink
     assert state.switch_status("p0a0", up=True) == Change("switch_up", switch="p0a0")

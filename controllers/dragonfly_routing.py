@@ -19,13 +19,19 @@ as an 802.1Q tag, VID = I + 1 (VID 0 means "no VLAN"):
   - untagged packets follow the minimal routes. Traffic inside a group stays minimal.
 With two groups there is no intermediate group, and Valiant degenerates to minimal.
 
-UGAL: the source router's select group holds the minimal path as well as the Valiant ones,
-weighted from measured utilisation (``ugal_weights``): costs are load * hops as UGAL compares
-q_min*H_min with q_nm*H_nm; while the minimal path is cheapest it takes everything; a detour
-whose cost is below the minimal one takes a share of traffic equal to its relative saving.
+UGAL: TCP and UDP flows are placed one by one by the controller, which sees each flow's
+first packet (controllers.ugal: minimal unless q_min*H_min exceeds q_val*H_val by a bias, the
+loads counting the flows already placed); a detour is tagged as under Valiant. Everything
+else follows the source router's select group, which holds the minimal path as well as the
+Valiant ones, weighted from measured utilisation (``ugal_weights``): costs are load * hops as
+UGAL compares q_min*H_min with q_nm*H_nm; while the minimal path is cheapest it takes
+everything; a detour whose cost is below the minimal one takes a share of traffic equal to
+its relative saving.
 
 Priorities (higher wins; 200 stays the controller's ARP rule):
   PRIORITY_TAGGED  120  match vlan_vid: transit toward, or arrival in, the intermediate group
+  (controllers.ugal, under UGAL: 114 a placed flow's exact 5-tuple; 112 a TCP or UDP packet
+  from a host port for another group, to the controller)
   PRIORITY_INGRESS 110  match in_port (a host port) + ipv4_dst in another group: pick a path
   PRIORITY_MINIMAL 100  match ipv4_dst: minimal route (any VLAN, so tagged packets need the
                         higher tagged rules, which every router has for every VID in use)
@@ -403,10 +409,13 @@ def spread(view: DragonflyView, loads: Loads, start: str, rate_mbit: float,
 
 
 def link_loads_mbit(fabric: Fabric, mode: str, traffic_mbit: Mapping[tuple[str, str], float],
-                    utilisation: Mapping[tuple[str, int], float] | None = None) -> Loads:
+                    utilisation: Mapping[tuple[str, int], float] | None = None,
+                    options: Mapping[tuple[str, str], int | None] | None = None) -> Loads:
     """Fluid model: offered load (Mbit/s) per (node, output port) when each (src host, dst
     host) pair sends its rate, split as ``mode`` splits it (select groups spread flows in
-    proportion to bucket weights, many flows assumed). Host uplinks are (host, 0)."""
+    proportion to bucket weights, many flows assumed). A pair listed in ``options`` sends
+    all of its rate one way instead (None: minimal, I: through group I), as a flow placed by
+    the controller does (controllers.ugal). Host uplinks are (host, 0)."""
     view = dragonfly_view(fabric)
     loads: Loads = {}
     for (src, dst), rate in traffic_mbit.items():
@@ -425,8 +434,9 @@ def link_loads_mbit(fabric: Fabric, mode: str, traffic_mbit: Mapping[tuple[str, 
         if view.group_of[router] == dst_group:
             spread(view, loads, router, rate, toward_dst, is_dst)
             continue
-        for option, share in option_shares(view, router, dst_group, mode,
-                                           utilisation or {}).items():
+        shares = ({options[(src, dst)]: 1.0} if options and (src, dst) in options
+                  else option_shares(view, router, dst_group, mode, utilisation or {}))
+        for option, share in shares.items():
             if option is None:
                 spread(view, loads, router, rate * share, toward_dst, is_dst)
                 continue

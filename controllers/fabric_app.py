@@ -17,7 +17,10 @@ messages, one for one (``openflow_messages``), and nothing else:
   the events file (TESTBED_EVENTS_JSONL) once every updated switch has answered the plan's
   last barrier, so the testbed can measure the reaction time from its own clock;
 - under UGAL routing, every port-statistics round (controllers.port_stats_app) reweights the
-  source routers' select groups from the measured utilisation.
+  source routers' select groups from the measured utilisation; and the first packet of every
+  new TCP or UDP flow for another group comes here (controllers.ugal): the flow is placed,
+  its exact-match rule installed (it reports its removal when it idles out) and the packet
+  sent on the chosen way.
 
 ARP is answered by controllers.arp_app; port counters are polled by controllers.port_stats_app.
 """
@@ -33,17 +36,18 @@ from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
                                        set_ev_cls)
-from os_ken.lib.packet import ether_types
+from os_ken.lib.packet import ether_types, ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
 from controllers.config import ControllerConfig
 from controllers.dragonfly_routing import Bucket, Output, PopVlan, PushVlan, ToGroup
 from controllers.fabric_state import Change, FabricState
 from controllers.forwarding import (ADD, DELETE, MODIFY, Barrier, FlowAction, FlowMatch,
-                                    FlowMod, GroupMod, Message, SetEthDst, ToController, Wipe,
-                                    program_plan)
+                                    FlowMod, GroupMod, Message, SetEthDst, ToController, Wipe)
 from controllers.guard import survives
 from controllers.port_stats_app import EventPortStatsRound
+from controllers.ugal import (IP_PROTO_TCP, IP_PROTO_UDP, FlowKey, TransportRule, flow_weight,
+                              placement_rule)
 from testbed.openflow_stats import port_tx_rates_mbit
 from testbed.topology.base import Fabric
 
@@ -92,10 +96,27 @@ def ofp_bucket(parser, ofp, bucket: Bucket):
                             actions=ofp_actions(parser, ofp, bucket.actions))
 
 
-def openflow_messages(dp, message: Message) -> list:
+def transport_match(parser, rule: TransportRule):
+    ports = {IP_PROTO_TCP: ("tcp_src", "tcp_dst"),
+             IP_PROTO_UDP: ("udp_src", "udp_dst")}[rule.ip_proto]
+    fields = {"in_port": rule.in_port, "eth_type": ether_types.ETH_TYPE_IP,
+              "ip_proto": rule.ip_proto, "ipv4_src": rule.ipv4_src, "ipv4_dst": rule.ipv4_dst,
+              ports[0]: rule.src_port, ports[1]: rule.dst_port}
+    return parser.OFPMatch(**{name: value for name, value in fields.items() if value is not None})
+
+
+def openflow_messages(dp, message: Message | TransportRule) -> list:
     """The OpenFlow messages of one plan entry, for datapath ``dp`` (anything with
     ``ofproto`` and ``ofproto_parser``)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
+    if isinstance(message, TransportRule):
+        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                             ofp_actions(parser, ofp, message.actions))]
+        return [parser.OFPFlowMod(dp, cookie=message.cookie, command=ofp.OFPFC_ADD,
+                                  idle_timeout=message.idle_timeout_s,
+                                  priority=message.priority,
+                                  flags=ofp.OFPFF_SEND_FLOW_REM if message.cookie else 0,
+                                  match=transport_match(parser, message), instructions=inst)]
     if isinstance(message, Barrier):
         return [parser.OFPBarrierRequest(dp)]
     if isinstance(message, Wipe):
@@ -117,7 +138,7 @@ def openflow_messages(dp, message: Message) -> list:
                               priority=message.priority, match=match, instructions=inst)]
 
 
-def send_plan(dp, plan: list[Message]) -> int | None:
+def send_plan(dp, plan: list[Message | TransportRule]) -> int | None:
     """Send a plan to a switch; returns the xid of its last barrier (None without one)."""
     xid = None
     for message in plan:
@@ -126,6 +147,24 @@ def send_plan(dp, plan: list[Message]) -> int | None:
             if isinstance(message, Barrier):
                 xid = msg.xid
     return xid
+
+
+def transport_flow(pkt: packet.Packet) -> tuple[FlowKey, float] | None:
+    """The flow a parsed frame belongs to and what it weighs (controllers.ugal.flow_weight);
+    None when it is no IPv4 TCP or UDP packet with its ports (an IP fragment has none)."""
+    ip = pkt.get_protocol(ipv4.ipv4)
+    if ip is None:
+        return None
+    segment = pkt.get_protocol(tcp.tcp)
+    if ip.proto == IP_PROTO_TCP and segment is not None:
+        weight = flow_weight(IP_PROTO_TCP, segment.has_flags(tcp.TCP_SYN),
+                             segment.has_flags(tcp.TCP_ACK))
+        return FlowKey(IP_PROTO_TCP, ip.src, ip.dst, segment.src_port, segment.dst_port), weight
+    datagram = pkt.get_protocol(udp.udp)
+    if ip.proto == IP_PROTO_UDP and datagram is not None:
+        return (FlowKey(IP_PROTO_UDP, ip.src, ip.dst, datagram.src_port, datagram.dst_port),
+                flow_weight(IP_PROTO_UDP))
+    return None
 
 
 def port_up(ofp, reason: int | None, config: int, state: int) -> bool:
@@ -197,7 +236,7 @@ class FabricApp(app_manager.OSKenApp):
         # so the switch is programmed with the current state; the others follow after it.
         plans = self.state.refresh()
         table = self.state.tables[name]
-        send_plan(dp, program_plan(table))
+        send_plan(dp, self.state.program(name))
         self.logger.info("programming %s: %d groups, %d flows", name, len(table.groups),
                          len(table.flows))
         if change is not None or plans:
@@ -299,6 +338,47 @@ class FabricApp(app_manager.OSKenApp):
         if plans:
             self.logger.info("ugal: source groups reweighted on %d routers (%d connected)",
                              len(plans), sent)
+
+    # Only ugal routing sends IPv4 here (controllers.ugal.to_controller_rules); ARP is
+    # controllers.arp_app's, and this handler leaves it alone.
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    @survives
+    def packet_in_handler(self, ev):
+        if self.state.placements is None:
+            return
+        msg = ev.msg
+        dp = msg.datapath
+        name = self.state.names.get(dp.id)
+        pkt = packet.Packet(msg.data)
+        ip = pkt.get_protocol(ipv4.ipv4)
+        if name is None or ip is None:
+            return
+        in_port = msg.match["in_port"]
+        found = transport_flow(pkt)
+        if found is None:
+            path = self.state.placements.minimal_path(name, ip.dst)
+        else:
+            flow, weight = found
+            placement, new = self.state.place_flow(name, in_port, flow, weight)
+            path = placement.path
+            if new:
+                send_plan(dp, [placement_rule(placement)])
+                self.logger.info("ugal: %s at %s: %s, port %d (%.1f hops)", flow.describe(),
+                                 name, "minimal" if path.option is None
+                                 else f"through group {path.option}", path.port, path.hops)
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        buffered = msg.buffer_id != ofp.OFP_NO_BUFFER
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=msg.buffer_id, in_port=in_port,
+                                        actions=ofp_actions(parser, ofp, path.actions),
+                                        data=None if buffered else msg.data))
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    @survives
+    def flow_removed_handler(self, ev):
+        placement = self.state.flow_removed(ev.msg.cookie) if ev.msg.cookie else None
+        if placement is not None:
+            self.logger.debug("ugal: %s at %s removed", placement.flow.describe(),
+                              placement.router)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     @survives

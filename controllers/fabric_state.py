@@ -10,8 +10,12 @@ Routing modes, by family:
     (controllers.forwarding.update_plan).
   - ``minimal``, ``valiant``, ``ugal`` (controllers.dragonfly_routing), dragonfly fabrics
     only. They route an intact dragonfly: failures are recorded but not routed around (select
-    groups still skip a bucket whose port is down, by watch_port). Under ``ugal`` the source
-    routers' select groups are reweighted from measured port utilisation (``ugal_round``).
+    groups still skip a bucket whose port is down, by watch_port). Under ``ugal`` every new
+    TCP or UDP flow for another group is placed by the controller (controllers.ugal:
+    ``program`` adds the rules that send it the first packet, ``place_flow`` chooses,
+    ``flow_removed`` forgets); the source routers' select groups, which carry every other
+    protocol, are reweighted from measured port utilisation (``ugal_round``), and that
+    utilisation also weighs in the flows' choices.
 
 When a link is down: a link fails when one of its switch ports reports down, and returns when
 none does. A port counts only once it has been seen up: while the fabric is built, a host
@@ -34,9 +38,11 @@ from controllers.dragonfly_routing import (DRAGONFLY_MODES, UGAL, DragonflyView,
                                            link_utilisation, source_buckets, source_group_id,
                                            ugal_weights)
 from controllers.failures import Failures, recompute_rules, resolve_failures, surviving_fabric
-from controllers.forwarding import (Message, SwitchTable, dragonfly_table, routing_table,
-                                    update_plans)
+from controllers.forwarding import (Barrier, Message, SwitchTable, dragonfly_table,
+                                    program_plan, routing_table, update_plans)
 from controllers.routing import ECMP, MODES, SwitchRules
+from controllers.ugal import (FlowKey, FlowPlacements, Placement, TransportRule,
+                              to_controller_rules)
 from testbed.topology.base import Fabric, Link
 
 ROUTING_MODES = MODES + DRAGONFLY_MODES
@@ -185,6 +191,7 @@ class FabricState:
         self.rules: dict[str, SwitchRules] = {}
         self.ugal_applied: dict[UgalKey, UgalWeights] = {}
         self.view = dragonfly_view(fabric) if mode in DRAGONFLY_MODES else None
+        self.placements = FlowPlacements(self.view) if mode == UGAL else None
         self.tables = self.compute_tables()
         self.dirty = False
 
@@ -221,6 +228,8 @@ class FabricState:
 
     def switch_status(self, switch: str, up: bool) -> Change | None:
         """``switch`` connected (up) or disconnected; the change, if it is one."""
+        if not up and self.placements is not None:
+            self.placements.forget_router(switch)  # its rules' removals go unreported
         if (switch not in self.failed_switches) == up:
             return None
         if up:
@@ -231,6 +240,18 @@ class FabricState:
         return Change("switch_up" if up else "switch_down", switch=switch)
 
     # --- tables ------------------------------------------------------------------------------
+    def program(self, switch: str) -> list[Message | TransportRule]:
+        """Everything ``switch`` is sent when it connects (controllers.forwarding.program_plan
+        of its current table) and, under ``ugal``, the rules that send the controller each
+        new flow's first packet, before the final barrier. The wipe removes the rules of the
+        flows placed there, so they are forgotten."""
+        plan: list[Message | TransportRule] = program_plan(self.tables[switch])
+        if self.placements is None:
+            return plan
+        self.placements.forget_router(switch)
+        assert isinstance(plan[-1], Barrier)
+        return plan[:-1] + to_controller_rules(self.view, switch) + plan[-1:]
+
     def refresh(self) -> dict[str, list[Message]]:
         """Recompute after changes; per switch, the update plan of every switch whose table
         changed (none when nothing changed or when failures are only recorded)."""
@@ -275,6 +296,7 @@ class FabricState:
             return {}
         utilisation = link_utilisation(self.fabric, {end: load for end, load in loads_mbit.items()
                                                      if end in self.links_at})
+        self.placements.measured(utilisation)
         changed = ugal_updates(self.view, self.ugal_applied, utilisation)
         tables = dict(self.tables)
         for (router, group), weights in changed.items():
@@ -286,3 +308,17 @@ class FabricState:
         plans = update_plans(self.tables, tables)
         self.tables = tables
         return plans
+
+    # --- flows placed one by one (ugal) ---------------------------------------------------------
+    def place_flow(self, switch: str, in_port: int, flow: FlowKey,
+                   weight_flows: float) -> tuple[Placement, bool]:
+        """Where ``switch`` sends a new flow that entered by host port ``in_port``, and
+        whether the placement is new (controllers.ugal.FlowPlacements.place); ValueError
+        unless routing is ``ugal`` and the flow leaves for another group."""
+        if self.placements is None:
+            raise ValueError(f"flows are placed under ugal routing, not {self.mode}")
+        return self.placements.place(switch, in_port, flow, weight_flows)
+
+    def flow_removed(self, cookie: int) -> Placement | None:
+        """A placed flow's rule is gone: the placement it was, or None if none is known."""
+        return self.placements.remove(cookie) if self.placements is not None else None

@@ -2,7 +2,8 @@
 over every bucket choice, is delivered untagged without a loop, over at most one global link
 (minimal) or two (Valiant, UGAL); the adversarial shift pattern piles onto one global link
 under minimal routing and spreads under Valiant; UGAL weights move with the measured load;
-and the fluid model agrees with the flow tables."""
+and the fluid model agrees with the flow tables, also for a pair sent one way. Flows placed
+one by one under UGAL: tests/unit/test_ugal.py."""
 from __future__ import annotations
 
 import functools
@@ -328,6 +329,30 @@ def test_fluid_model_matches_the_walked_flow_tables(fly, mode):
     tolerance_mbit = ROUNDING_SHARE * sum(traffic.values()) if mode == UGAL else 1e-6
     for end in set(model) | set(walked):
         assert model.get(end, 0.0) == pytest.approx(walked.get(end, 0.0), abs=tolerance_mbit)
+
+
+def summed(*loads_mbit: dict, scale: float = 1.0) -> dict:
+    total = defaultdict(float)
+    for loads in loads_mbit:
+        for end, load in loads.items():
+            total[end] += load * scale
+    return dict(total)
+
+
+def test_a_pair_given_an_option_sends_all_of_its_rate_that_way():
+    """What a flow placed by the controller does (controllers.ugal): Valiant's loads are the
+    mean of the loads through each intermediate group; minimal is None; other pairs still
+    follow the mode."""
+    fabric = dragonfly(1, 3, 2, 7)
+    pair, other = ("g0r1h0", "g1r2h0"), ("g3r0h0", "g5r1h0")
+    by_option = [link_loads_mbit(fabric, MINIMAL, {pair: 50.0}, options={pair: middle})
+                 for middle in range(2, 7)]
+    assert link_loads_mbit(fabric, VALIANT, {pair: 50.0}) == pytest.approx(
+        summed(*by_option, scale=1 / len(by_option)))
+    assert link_loads_mbit(fabric, VALIANT, {pair: 50.0, other: 20.0},
+                           options={pair: None}) == pytest.approx(
+        summed(link_loads_mbit(fabric, MINIMAL, {pair: 50.0}),
+               link_loads_mbit(fabric, VALIANT, {other: 20.0})))
 
 
 def test_shift_traffic_is_a_permutation_between_groups():

@@ -11,6 +11,7 @@ import json
 import sys
 
 from testbed.errors import ConfigError, TestbedError
+from testbed.qos.scaling import DEFAULT_PFC_REACTION_TIME_S
 
 SCENARIO_FLAGS = {  # flag -> RunConfig field
     "rate_mbit": "link_rate_mbit", "size_bytes": "size_bytes", "iters": "iters",
@@ -253,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     incast.add_argument("--dscp", type=int, help="DSCP of the incast traffic (default 26, the "
                         "lossless class)")
     incast.add_argument("--pfc-reaction-time-s", type=float, help="pause reaction time sizing "
-                        "the PFC headroom (default: the emulated pause path's, 0.005)")
+                        "the PFC headroom (default: the emulated pause path's, "
+                        f"{DEFAULT_PFC_REACTION_TIME_S:g})")
     incast.add_argument("--round-timeout-s", type=float, help="a query's time limit "
                         "(default 60)")
     incast.add_argument("--receiver", help="the receiving host (default p0e0h0)")

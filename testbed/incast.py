@@ -45,7 +45,7 @@ from testbed.fidelity import MAX_EMULATOR_LOSS_FRACTION, emulator_losses
 from testbed.qos.apply import ecn_monitoring, object_is_current
 from testbed.qos.ecn_plan import choose_ecn_path
 from testbed.qos.profiles import DEFAULT_CLASSES, U32_MAX, QueueConfig
-from testbed.qos.pfc_runtime import REACTION_TIME_S as PAUSE_REACTION_TIME_S
+from testbed.qos.scaling import DEFAULT_PFC_REACTION_TIME_S as PAUSE_REACTION_TIME_S
 from testbed.qos.scaling import pfc_thresholds, scaled_queue_config
 from testbed.qos.settings import TCP_CC_AUTO, EcnSettings, TcpSettings, queue_record, tcp_settings
 from testbed.topology.base import Fabric

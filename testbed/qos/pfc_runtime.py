@@ -15,7 +15,6 @@ from testbed.qos import class_plan
 from testbed.qos.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
 from testbed.qos.pfc_control import agent_plan
 from testbed.qos.profiles import QueueConfig
-from testbed.qos.scaling import DEFAULT_PFC_REACTION_TIME_S
 from testbed.state import Ledger
 from testbed.topology.base import Fabric
 
@@ -26,7 +25,6 @@ LOG_FILE = "pfc-agent.log"
 # and starved ovs-vswitchd; every 2 ms takes 0.6. The PFC headroom covers the pause path's
 # reaction time (testbed.qos.scaling.DEFAULT_PFC_REACTION_TIME_S).
 DEFAULT_POLL_S = 0.002
-REACTION_TIME_S = DEFAULT_PFC_REACTION_TIME_S  # what headroom is sized for, per end
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 
@@ -96,12 +94,6 @@ class PauseAgentProcess:
             return json.loads((self.workdir / COUNTERS_FILE).read_text())
         except (OSError, ValueError):
             return {}
-
-    def events(self) -> list[dict]:
-        path = self.workdir / EVENTS_FILE
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def pfc_totals(counters: dict) -> dict:

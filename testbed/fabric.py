@@ -51,6 +51,8 @@ BUFFER_HANDLES = frozenset({BUFFER_HANDLE, *(class_plan.leaf_handle(p)
                                              for p in range(PFC_CLASSES))})
 OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 OVS_TIMEOUT_S = 120
+DRAIN_TIMEOUT_S = 5.0  # after traffic stops, for paused queues to empty (wait_switches_drained)
+DRAIN_POLL_S = 0.05
 # Interface group of every root-namespace veth end a run makes: one netlink request then
 # deletes them all in a single batched unregister instead of one RCU wait per interface.
 LINK_GROUP = 0x7E57
@@ -121,6 +123,12 @@ def qdisc_drops(tc_json: str) -> int:
     """Packets dropped by the link buffers in ``tc -s -j qdisc show`` output (the HTB parent
     repeats its children's drops, so only the buffers themselves are counted)."""
     return sum(q.get("drops", 0) for q in json.loads(tc_json or "[]")
+               if q.get("handle") in BUFFER_HANDLES)
+
+
+def qdisc_backlog_packets(tc_json: str) -> int:
+    """Packets waiting in the link buffers in ``tc -s -j qdisc show`` output."""
+    return sum(q.get("qlen", 0) for q in json.loads(tc_json or "[]")
                if q.get("handle") in BUFFER_HANDLES)
 
 
@@ -225,7 +233,8 @@ class FabricNetwork:
         self.queue = queue
         self.marking = (EcnMarking(fabric, queue, ledger, ecn_path, log=log)
                         if queue is not None else None)
-        self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, log=log)
+        self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
+                                      log=log)
                     if queue is not None and queue.pfc is not None else None)
 
     def __enter__(self) -> FabricNetwork:
@@ -433,6 +442,20 @@ class FabricNetwork:
         summary["lossless_drops"] = drops
         summary["agent_running"] = self.pfc.alive()
         return summary
+
+    def wait_switches_drained(self, timeout_s: float = DRAIN_TIMEOUT_S) -> int:
+        """Wait until the switches' egress buffers are empty (a paused queue can hold its
+        packets for a while after the traffic stops), at most ``timeout_s``; returns the
+        packets still queued. Read before ``switch_counters``, so that packets in flight do
+        not count as lost in packet conservation."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True,
+                                  text=True)
+            queued = qdisc_backlog_packets(root.stdout)
+            if queued == 0 or time.monotonic() >= deadline:
+                return queued
+            time.sleep(DRAIN_POLL_S)
 
     def switch_counters(self) -> dict[str, int]:
         """Packets received and sent by all switch ports, and dropped by their egress queues:

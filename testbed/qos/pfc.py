@@ -92,6 +92,19 @@ def xon_frame(src_mac: str, classes: Iterable[int]) -> bytes:
     return pfc_frame(src_mac, {cls: XON_QUANTA for cls in classes})
 
 
+# IEEE 802 local experimental ethertype 1: a frame no switch or host here acts on.
+KICK_ETHERTYPE = 0x88B5
+
+
+def kick_frame(src_mac: str) -> bytes:
+    """A minimum-size frame that asks nothing of its receiver, sent *through* an egress
+    queue to make the kernel service it (``testbed.qos.pfc_agent``): the reserved
+    MAC-control address, which bridges never forward, and a local experimental ethertype,
+    which OVS (no table-miss flow) and hosts drop."""
+    frame = Ether(dst=PFC_DST_MAC, src=_check_mac("src_mac", src_mac), type=KICK_ETHERTYPE)
+    return bytes(frame / (b"\x00" * 46))
+
+
 @dataclass(frozen=True)
 class PfcFrame:
     """A decoded PFC frame: who sent it, and the pause time of every enabled class."""

@@ -13,6 +13,14 @@ Two threads, the two sides of ``testbed.qos.pfc_control``:
   with scapy and pauses or resumes the class's queue there (a tbf whose rate it changes,
   ``testbed.qos.class_plan``), and resumes it when the quanta run out.
 
+Resuming needs a kick. While paused, the tbf's next send is due seconds away (a packet at
+the paused rate), and changing its rate does not make the kernel service the queue again:
+that only happens on the next enqueue to the interface. If every port that feeds the queue
+is itself paused (the queue was congested), no enqueue comes, and the queue would wait for
+an unrelated packet. So after each resume the agent sends one small frame through the
+interface's queue (``testbed.qos.pfc.kick_frame``; its receiver drops it), which runs the
+qdisc at once.
+
 A frame is acted on only once it has crossed the link; the agent never shortcuts from the
 congested queue to the paused one. Output, in WORKDIR: ``pfc-events.jsonl`` (XOFF/XON sent,
 pause/resume applied, storms; monotonic seconds), ``pfc-queues.jsonl`` (lossless backlogs
@@ -34,7 +42,7 @@ import time
 from pathlib import Path
 
 from testbed.qos import class_plan
-from testbed.qos.pfc import PFC_ETHERTYPE, decode_pfc_frame, xoff_frame, xon_frame
+from testbed.qos.pfc import PFC_ETHERTYPE, decode_pfc_frame, kick_frame, xoff_frame, xon_frame
 from testbed.qos.pfc_control import (
     PAUSE,
     RESUME,
@@ -220,6 +228,15 @@ def packet_socket(intf: str) -> socket.socket:
     return sock
 
 
+def queued_socket(intf: str) -> socket.socket:
+    """A socket that sends frames into ``intf``'s egress queue, like any traffic, and
+    receives nothing."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    sock.bind((intf, 0))
+    sock.setblocking(False)
+    return sock
+
+
 def link_identity(intf: str) -> tuple[int, str]:
     """(ifindex, MAC) of ``intf`` in the calling thread's namespace."""
     return socket.if_nametoindex(intf), _read_mac(intf)
@@ -259,6 +276,7 @@ class Agent:
         self.apply_ms: list[float] = []
         self.sample_gaps_ms: list[float] = []  # between the starts of successive backlog reads
         self.sockets: dict[str, socket.socket] = {}
+        self.kick_sockets: dict[str, socket.socket] = {}
         self.frames: dict[tuple[str, int, str], bytes] = {}
         self.max_backlog = {intf: 0 for intf in plan.interfaces}  # lossless, bytes
         self.switch_of = {intf: switch for switch, ports in plan.switch_ports.items()
@@ -275,6 +293,8 @@ class Agent:
                 self.changers[path] = in_netns(path, QdiscChanger)
             self.ifindex[intf], self.macs[intf] = in_netns(path, lambda i=intf: link_identity(i))
             self.sockets[intf] = in_netns(path, lambda i=intf: packet_socket(i))
+            self.kick_sockets[intf] = in_netns(path, lambda i=intf: queued_socket(i))
+        self.kicks = {intf: kick_frame(mac) for intf, mac in self.macs.items()}
         self.netns_of = {intf: (netns.get(info["node"]) if info["host"] else None)
                          for intf, info in plan.interfaces.items()}
         self.watches = {(intf, p): QueueWatch(plan.pfc.xoff_bytes, plan.pfc.xon_bytes)
@@ -313,7 +333,8 @@ class Agent:
                 for switch, prio in to_decide:
                     ports = plan.switch_ports[switch]
                     congested = {i for i in ports if self.watches[(i, prio)].congested}
-                    for intf, want in ports_to_pause(ports, congested).items():
+                    for intf, want in ports_to_pause(ports, congested,
+                                                     plan.switch_feeders(switch)).items():
                         frame = self.senders[(intf, prio)].frame(want, now)
                         if frame is not None:
                             self._send(intf, prio, frame, now)
@@ -420,6 +441,11 @@ class Agent:
         self.changers[self.netns_of[intf]].change_tbf(
             self.ifindex[intf], class_plan.leaf_major(prio) << 16,
             class_plan.class_id_number(prio), params)
+        if not paused:
+            try:
+                self.kick_sockets[intf].send(self.kicks[intf])
+            except OSError:
+                pass  # the queue is full, so the kernel is servicing it anyway
         now = time.monotonic()
         extra = {"why": why}
         if paused:

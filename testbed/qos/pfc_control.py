@@ -4,19 +4,26 @@ agent (``testbed.qos.pfc_agent``) runs from.
 Two sides of every link take part:
 
 - a **switch** watches the lossless queue of each of its egress ports (``QueueWatch``):
-  above XOFF the port is congested until it falls to XON. While any port of a switch is
-  congested, the switch asks every *other* port's neighbour to stop sending the class
-  (``PauseSender``): those are the ports that can feed the congested queue. It sends XOFF
-  with the configured quanta, repeats it before the pause would run out, and sends XON
-  when no congested port is left;
+  above XOFF the port is congested until it falls to XON. While a queue is congested, the
+  switch asks the neighbour on every port that can feed it to stop sending the class
+  (``PauseSender``). It sends XOFF with the configured quanta, repeats it before the pause
+  would run out, and sends XON when that port feeds no congested queue any more;
 - a **port that receives** a pause (a switch port or a host's NIC) stops sending the class
   for the quanta, or until XON (``PauseTimer``), and accounts the time it spends paused;
   a pause longer than the storm threshold in one go is a pause storm.
 
-A switch pauses all its other ports, not only those whose traffic fills the queue: in a
-shared-buffer switch the lossless pool is common, and a software switch does not know, per
-queued packet, the port it came in on (the userspace datapath sends every frame from one
-socket). This errs towards more pausing, so head-of-line blocking shows, never less.
+Which neighbours a switch pauses: a hardware switch counts each queued packet against the
+port it came in on and pauses the ingress ports whose share crosses XOFF. A software switch
+does not know, per queued packet, its ingress port (the userspace datapath sends every frame
+from one socket), so the plan works it out from the routing instead (``feeding_ports``):
+an ingress port feeds an egress queue when some destination that the switch forwards out of
+that queue can arrive on it, i.e. a host port, or a neighbour switch whose shortest-path
+next hops for that destination include this switch. Under shortest-path routing (ECMP,
+single path) traffic never turns back up, so an aggregation switch does not pause the
+cores for its uplink queues, which only edges feed, and the pause dependencies stay
+acyclic, as up/down routing keeps them. With the dragonfly's own modes (minimal, Valiant,
+UGAL), whose paths the plan does not derive, there are no feeders and a switch pauses all
+its other ports: more pausing than a hardware switch would do, never less.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ from dataclasses import dataclass, field
 
 from testbed.qos.pfc import pause_duration_s, refresh_interval_s
 from testbed.qos.profiles import PfcConfig, QueueConfig
-from testbed.topology.base import Fabric
+from testbed.topology.base import Fabric, intf_name
 
 XOFF, XON = "xoff", "xon"
 PAUSE, RESUME = "pause", "resume"
@@ -49,10 +56,15 @@ class QueueWatch:
         return self.congested != was
 
 
-def ports_to_pause(switch_ports: Iterable[str], congested: set[str]) -> dict[str, bool]:
-    """For every port of a switch: whether its neighbour must be paused, i.e. whether some
-    *other* port of the switch is congested."""
-    return {port: bool(congested - {port}) for port in switch_ports}
+def ports_to_pause(switch_ports: Iterable[str], congested: set[str],
+                   feeders: dict[str, Iterable[str]] | None = None) -> dict[str, bool]:
+    """For every port of a switch: whether its neighbour must be paused, i.e. whether it feeds
+    a congested queue of another port (``feeders``: egress port -> the ingress ports that
+    can feed it, ``feeding_ports``; None: every other port feeds every queue)."""
+    if feeders is None:
+        return {port: bool(congested - {port}) for port in switch_ports}
+    feeding = {port for queue in congested for port in feeders.get(queue, ())}
+    return {port: port in feeding for port in switch_ports}
 
 
 @dataclass
@@ -156,6 +168,13 @@ class AgentPlan:
     poll_s: float
     switch_ports: dict[str, list[str]]  # switch -> its interfaces
     interfaces: dict[str, dict] = field(default_factory=dict)  # intf -> node, host?, rate, peer
+    feeders: dict[str, list[str]] | None = None  # egress intf -> ingress intfs (feeding_ports)
+
+    def switch_feeders(self, switch: str) -> dict[str, list[str]] | None:
+        """The feeders of ``switch``'s queues, for ``ports_to_pause``."""
+        if self.feeders is None:
+            return None
+        return {intf: self.feeders.get(intf, []) for intf in self.switch_ports[switch]}
 
     def to_json(self) -> dict:
         return {
@@ -165,6 +184,7 @@ class AgentPlan:
             "priorities": list(self.priorities), "mtu_bytes": self.mtu_bytes,
             "buffer_bytes": self.buffer_bytes, "poll_s": self.poll_s,
             "switch_ports": self.switch_ports, "interfaces": self.interfaces,
+            "feeders": self.feeders,
         }
 
     @classmethod
@@ -172,15 +192,17 @@ class AgentPlan:
         return cls(pfc=PfcConfig(**data["pfc"]), priorities=tuple(data["priorities"]),
                    mtu_bytes=data["mtu_bytes"], buffer_bytes=data["buffer_bytes"],
                    poll_s=data["poll_s"], switch_ports=data["switch_ports"],
-                   interfaces=data["interfaces"])
+                   interfaces=data["interfaces"], feeders=data.get("feeders"))
 
     def refresh_s(self, intf: str) -> float:
         return refresh_interval_s(self.pfc.quanta, self.interfaces[intf]["rate_mbit"])
 
 
-def agent_plan(fabric: Fabric, queue: QueueConfig, poll_s: float) -> AgentPlan:
+def agent_plan(fabric: Fabric, queue: QueueConfig, poll_s: float,
+               routing: str = "ecmp") -> AgentPlan:
     """The pause agent's plan for ``fabric`` with ``queue`` (which must have PFC) on every
-    shaped link; unshaped links have no queue to pause and are left out."""
+    shaped link; unshaped links have no queue to pause and are left out. ``routing`` is the
+    controller's mode: shortest-path modes get per-queue feeders (``feeding_ports``)."""
     if queue.pfc is None:
         raise ValueError("the queue has no PFC thresholds")
     switch_ports: dict[str, list[str]] = {s.name: [] for s in fabric.switches}
@@ -199,7 +221,42 @@ def agent_plan(fabric: Fabric, queue: QueueConfig, poll_s: float) -> AgentPlan:
     return AgentPlan(pfc=queue.pfc, priorities=queue.lossless_priorities,
                      mtu_bytes=fabric.mtu_bytes, buffer_bytes=queue.buffer_bytes, poll_s=poll_s,
                      switch_ports={s: sorted(p) for s, p in switch_ports.items() if p},
-                     interfaces=interfaces)
+                     interfaces=interfaces,
+                     feeders=feeding_ports(fabric) if routing in SHORTEST_PATH_MODES else None)
+
+
+SHORTEST_PATH_MODES = ("ecmp", "single")  # controllers.routing's modes
+
+
+def feeding_ports(fabric: Fabric) -> dict[str, list[str]]:
+    """For every switch egress interface, the interfaces of the same switch whose incoming
+    traffic shortest-path routing (``controllers.routing.compute_rules``, ECMP's next hops:
+    single path takes a subset) can send out of it."""
+    from controllers.routing import compute_rules
+
+    rules = compute_rules(fabric)
+    graph = fabric.graph()
+
+    def ports_for(switch: str) -> dict[str, set[int]]:
+        """Destination IP -> the ports ``switch`` sends it out of."""
+        sw = rules[switch]
+        return {r.dst_ip: set(sw.groups[r.group_id]) if r.group_id is not None else {r.port}
+                for r in sw.routes}
+    out_ports = {s.name: ports_for(s.name) for s in fabric.switches}
+    feeders: dict[str, set[str]] = {}
+    for switch in out_ports:
+        for nbr in graph.neighbors(switch):
+            ports = graph.edges[switch, nbr]["ports"]
+            ingress = intf_name(switch, ports[switch])
+            for dst_ip, egress in out_ports[switch].items():
+                if fabric.nodes[nbr].is_host:
+                    arrives = fabric.nodes[nbr].ip != dst_ip
+                else:
+                    arrives = ports[nbr] in out_ports[nbr].get(dst_ip, ())
+                if arrives:
+                    for port in egress - {ports[switch]}:
+                        feeders.setdefault(intf_name(switch, port), set()).add(ingress)
+    return {intf: sorted(ingress) for intf, ingress in sorted(feeders.items())}
 
 
 def switch_fan_in(fabric: Fabric) -> int:

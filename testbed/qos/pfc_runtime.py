@@ -33,8 +33,8 @@ class PauseAgentProcess:
     """The pause agent of one fabric, as a process recorded in the run's ledger."""
 
     def __init__(self, fabric: Fabric, queue: QueueConfig, workdir: Path, ledger: Ledger,
-                 poll_s: float = DEFAULT_POLL_S, log=print):
-        self.plan = agent_plan(fabric, queue, poll_s)
+                 poll_s: float = DEFAULT_POLL_S, routing: str = "ecmp", log=print):
+        self.plan = agent_plan(fabric, queue, poll_s, routing)
         self.queue = queue
         self.workdir = workdir
         self.ledger = ledger

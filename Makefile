@@ -8,7 +8,7 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail test test-unit test-integration bench dctcp incast doctor clean topo
+.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail test test-unit test-integration bench dctcp incast pfc-demo doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -57,6 +57,9 @@ bench: install  ## forwarding capacity and fabric bring-up vs plain Mininet (roo
 
 incast: install  ## incast on the k=4 fat-tree, drop-tail vs ECN vs PFC, fan-in 1,3,7,15 (root; ARGS="--mode ecn ...")
 	$(TESTBED) incast --sweep 1,3,7,15 $(ARGS)
+
+pfc-demo: install  ## PFC's costs: head-of-line blocking, congestion spreading, ECN cutting pauses (root)
+	$(TESTBED) pfc-demo $(ARGS)
 
 dctcp: install  ## DCTCP micro-benchmark: 2 and 8 senders, drop-tail vs ECN at K (root)
 	$(TESTBED) dctcp $(ARGS)

@@ -106,6 +106,13 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def given_fields(args, flags: dict[str, str]) -> dict:
+    """The config fields whose flags were given ({flag: field}); the rest keep the config's
+    defaults."""
+    return {field: getattr(args, flag) for flag, field in flags.items()
+            if getattr(args, flag) is not None}
+
+
 INCAST_FLAGS = {  # flag -> testbed.incast.IncastConfig field; unset flags keep its default
     "response_bytes": "response_bytes", "rounds": "rounds", "warmup": "warmup_rounds",
     "gap_s": "gap_s", "rate_mbit": "rate_mbit", "mtu": "mtu_bytes",
@@ -117,8 +124,7 @@ INCAST_FLAGS = {  # flag -> testbed.incast.IncastConfig field; unset flags keep 
 def cmd_incast(args) -> int:
     from testbed.incast import IncastConfig, parse_int_list, run_incast
 
-    given = {field: getattr(args, flag) for flag, field in INCAST_FLAGS.items()
-             if getattr(args, flag) is not None}
+    given = given_fields(args, INCAST_FLAGS)
     if args.sweep is not None:
         given["fanins"] = parse_int_list("--sweep", args.sweep)
     elif args.fanin is not None:
@@ -150,8 +156,7 @@ def dctcp_config(args):
     """The DctcpConfig the flags ask for (not yet validated)."""
     from testbed.dctcp_bench import DctcpConfig
 
-    given = {field: getattr(args, flag) for flag, field in DCTCP_FLAGS.items()
-             if getattr(args, flag) is not None}
+    given = given_fields(args, DCTCP_FLAGS)
     if "senders" in given:
         given["senders"] = tuple(given["senders"])
     return DctcpConfig(**given)
@@ -165,6 +170,24 @@ def cmd_dctcp(args) -> int:
             print(path)
         return 0
     dctcp_bench.run_dctcp(dctcp_config(args), log=lambda m: print(f"[dctcp] {m}", flush=True))
+    return 0
+
+
+PFC_DEMO_FLAGS = {  # flag -> testbed.pfc_demo.PfcDemoConfig field
+    "rate_mbit": "rate_mbit", "mtu": "mtu_bytes", "buffer_bytes": "buffer_bytes",
+    "alone_s": "alone_s", "seconds": "contention_s", "omit": "omit_s", "receiver": "receiver",
+    "victim_src": "victim_src", "victim_dst": "victim_dst",
+    "pfc_reaction_time_s": "pfc_reaction_time_s", "results": "results_dir",
+}
+
+
+def cmd_pfc_demo(args) -> int:
+    from testbed.pfc_demo import PfcDemoConfig, run_pfc_demo
+
+    given = given_fields(args, PFC_DEMO_FLAGS)
+    if args.condition:
+        given["conditions"] = tuple(args.condition)
+    run_pfc_demo(PfcDemoConfig(**given), log=lambda m: print(f"[pfc-demo] {m}", flush=True))
     return 0
 
 
@@ -278,7 +301,35 @@ def build_parser() -> argparse.ArgumentParser:
                            "port, drop-tail vs ECN marking at K, queue sampled every 10 ms")
     add_dctcp_args(dctcp)
     dctcp.set_defaults(func=cmd_dctcp)
+
+    demo = sub.add_parser("pfc-demo", help="PFC's costs on the k=4 fat-tree: head-of-line "
+                          "blocking of a victim flow, congestion spreading, and ECN cutting "
+                          "the pause time (lossy vs pfc vs pfc+ecn)")
+    add_pfc_demo_args(demo)
+    demo.set_defaults(func=cmd_pfc_demo)
     return ap
+
+
+def add_pfc_demo_args(parser: argparse.ArgumentParser) -> None:
+    """The options of ``testbed pfc-demo`` (testbed.pfc_demo.PfcDemoConfig)."""
+    parser.add_argument("--condition", action="append", choices=("lossy", "pfc", "pfc+ecn"),
+                        help="run to make (repeatable; default all three)")
+    parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 20)")
+    parser.add_argument("--mtu", type=int, help="MTU in bytes (default 1500)")
+    parser.add_argument("--buffer-bytes", type=int, help="every port's buffer per class in "
+                        "bytes (default 600000)")
+    parser.add_argument("--seconds", type=int, help="seconds the victim runs beside the incast "
+                        "(default 10)")
+    parser.add_argument("--alone-s", type=int, help="seconds the victim runs alone first "
+                        "(default 5)")
+    parser.add_argument("--omit", type=int, help="TCP start-up seconds left out (default 1)")
+    parser.add_argument("--receiver", help="the incast's receiver (default p0e0h0)")
+    parser.add_argument("--victim-src", help="the victim flow's sender (default p1e0h1)")
+    parser.add_argument("--victim-dst", help="the victim flow's receiver (default p0e0h1, "
+                        "beside the receiver)")
+    parser.add_argument("--pfc-reaction-time-s", type=float, help="pause reaction time sizing "
+                        f"the PFC headroom (default {DEFAULT_PFC_REACTION_TIME_S:g})")
+    parser.add_argument("--results", help="results folder (default results)")
 
 
 def add_dctcp_args(parser: argparse.ArgumentParser) -> None:

@@ -99,16 +99,18 @@ class HederaResult:
 
 
 def run_flows(net: FabricNetwork, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
-              streams: int = 1) -> tuple[list[float], list[str]]:
+              streams: int = 1, tos: int = 0) -> tuple[list[float], list[str]]:
     """One iperf3 flow (of ``streams`` parallel TCP connections) per (source, destination)
-    host pair, all at once; returns the Mbit/s each destination received, and the errors of
-    flows that failed."""
+    host pair, all at once, its packets carrying IP TOS ``tos`` (DSCP << 2: the traffic
+    class); returns the Mbit/s each destination received, and the errors of flows that
+    failed."""
     servers = [net.popen(dst, ["iperf3", "-s", "-1", "-p", str(BASE_PORT + i)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for i, (_, dst) in enumerate(pairs)]
     time.sleep(SERVER_START_S)
     clients = [net.popen(src, ["iperf3", "-c", net.fabric.nodes[dst].ip, "-p", str(BASE_PORT + i),
-                               "-t", str(seconds), "-O", str(omit_s), "-P", str(streams), "-J"],
+                               "-t", str(seconds), "-O", str(omit_s), "-P", str(streams),
+                               "-S", str(tos), "-J"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for i, (src, dst) in enumerate(pairs)]
     rates, errors = [], []

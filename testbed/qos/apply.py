@@ -138,7 +138,8 @@ class EcnMarking:
 
     def counters(self) -> dict[str, dict]:
         """Every port's counters since the marking was applied (testbed.qos.monitor)."""
-        buffers = parse_buffer_stats(_run(QDISC_STATS, what="tc could not read the queues"))
+        buffers = parse_buffer_stats(_run(QDISC_STATS, what="tc could not read the queues"),
+                                     self.queue)
         marker = self._marker_dump("ecn_counters") if self.path == ECN_PATH_EBPF else None
         return port_counters(self.ports, marker, buffers)
 
@@ -155,7 +156,8 @@ class EcnMarking:
         if self.path == ECN_PATH_EBPF:
             samples = self._marker_dump("ecn_qdepth")
             return depths_from_qdepth(self.ports, samples, time.monotonic_ns())
-        buffers = parse_buffer_stats(_run(QDISC_STATS, what="tc could not read the queues"))
+        buffers = parse_buffer_stats(_run(QDISC_STATS, what="tc could not read the queues"),
+                                     self.queue)
         return {p.intf: buffers.get(p.intf, {}).get("backlog_bytes", 0) for p in self.ports}
 
     # -- tear-down --------------------------------------------------------------------------

@@ -30,6 +30,7 @@ HTB_ROOT = f"{HTB_MAJOR}:"
 LINK_CLASS = "5:1"
 CLASS_MINOR_BASE = 0x10  # priority p is class 5:1p (hex)
 LEAF_MAJOR_BASE = 0x20  # and its queue is qdisc 2p: (hex)
+INNER_MAJOR_BASE = 0x30  # a RED qdisc inside a lossless class's tbf is 3p: (hex)
 FILTER_PRIO = 10
 DSCP_MASK = 0xFC  # the DSCP bits of the IPv4 TOS byte
 PAUSED_RATE = "1kbit"  # the slowest tbf rate tc takes with a frame-sized burst
@@ -56,6 +57,12 @@ def leaf_major(priority: int) -> int:
 def leaf_handle(priority: int) -> str:
     """The queue (qdisc) of ``priority``'s class, e.g. ``23:``."""
     return f"{leaf_major(priority):x}:"
+
+
+def inner_handle(priority: int) -> str:
+    """The qdisc inside a lossless class's tbf when it marks on the RED path, e.g. ``33:``
+    (the tbf counts its drops and backlog, so this handle is not one of the buffers)."""
+    return f"{INNER_MAJOR_BASE + priority:x}:"
 
 
 def leaf_handles(queue: QueueConfig) -> list[str]:

@@ -4,11 +4,14 @@ computed here, run as root by the fabric layer.
 Two paths, chosen from the capabilities report (``testbed.capabilities``):
 
 - ``red-qdisc``, where the kernel has sch_red: a RED qdisc with ``ecn`` takes the place of
-  the port's bfifo under its HTB class. Linux RED marks on an average queue, whose weight
-  2^-Wlog tc derives from ``burst``; the smallest burst tc accepts is used, so the average
-  follows the queue closely, but it is not the instantaneous queue (see ``red_parameters``).
+  the port's bfifo under its HTB class; with traffic classes every class's queue gets its
+  own (``class_red_commands``), so each class marks on its own backlog. Linux RED marks on
+  an average queue, whose weight 2^-Wlog tc derives from ``burst``; the smallest burst tc
+  accepts is used, so the average follows the queue closely, but it is not the
+  instantaneous queue (see ``red_parameters``).
 - ``ebpf`` otherwise: ``bpf/ecn_marker.c`` as a clsact egress classifier keeps a virtual
-  copy of the port's FIFO and marks on its instantaneous backlog. Give the real FIFO the
+  copy of the port's FIFO and marks on its instantaneous backlog (with traffic classes, the
+  port's backlog over all its classes). Give the real FIFO the
   queue's byte limit (the copy assumes it), attach with tc, then write the port's config
   entry (and zeroed state) into the pinned maps with bpftool:
 
@@ -329,6 +332,29 @@ def red_commands(intf: str, rate_mbit: float, queue: QueueConfig, mtu_bytes: int
              "ecn", "nodrop"]]
 
 
+def class_red_commands(intf: str, rate_mbit: float, queue: QueueConfig,
+                       mtu_bytes: int) -> list[list[str]]:
+    """RED-ECN on every traffic class's own queue (``testbed.qos.class_plan``): the bfifo
+    of a lossy class is replaced as ``red_commands`` replaces a port's; a lossless class's
+    tbf, which the pause agent pauses in place, keeps its place and gets the RED qdisc as its
+    inner queue (the tbf's class 1, whose default child is a bfifo). Each class then marks
+    on its own backlog, with the same parameters and the byte limit as its buffer."""
+    from testbed.qos import class_plan
+
+    commands: list[list[str]] = []
+    for tc in sorted(queue.classes, key=lambda c: c.priority):
+        if not tc.lossless:
+            commands += red_commands(intf, rate_mbit, queue, mtu_bytes,
+                                     parent=class_plan.class_id(tc.priority),
+                                     handle=class_plan.leaf_handle(tc.priority))
+            continue
+        add = red_commands(intf, rate_mbit, queue, mtu_bytes,
+                           parent=f"{class_plan.leaf_major(tc.priority):x}:1",
+                           handle=class_plan.inner_handle(tc.priority))[1]
+        commands.append(add)
+    return commands
+
+
 # --- choosing and planning --------------------------------------------------------------------
 
 
@@ -397,14 +423,13 @@ def fabric_marking_plan(path: str, ports: Sequence[Port], queue: QueueConfig, mt
         raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
     if not ports:
         raise ConfigError("ecn", "needs shaped links: no switch port has a rate to queue at")
-    if path == ECN_PATH_RED and queue.ecn is not None and queue.uses_classes:
-        raise ConfigError("ecn_path", "RED marking per traffic class is not built: with "
-                                      "classes or PFC, mark on the ebpf path")
     tc: list[list[str]] = []
     bpftool: list[list[str]] = []
     for port in ports:
         if path == ECN_PATH_RED and queue.ecn is not None:
-            tc += red_commands(port.intf, port.rate_mbit, queue, mtu_bytes)
+            tc += (class_red_commands(port.intf, port.rate_mbit, queue, mtu_bytes)
+                   if queue.uses_classes else
+                   red_commands(port.intf, port.rate_mbit, queue, mtu_bytes))
             continue
         if not queue.uses_classes:  # class queues got their buffers with the shaping
             tc.append(buffer_command(port.intf, queue.buffer_bytes))
@@ -421,16 +446,37 @@ def counter_reset_commands(ifindexes: Iterable[int]) -> list[list[str]]:
     return [map_update_command("ecn_counters", ifindex, zero) for ifindex in ifindexes]
 
 
-def parse_buffer_stats(tc_json: str, handle: str = BUFFER_HANDLE) -> dict[str, dict]:
-    """``tc -s -j qdisc show`` output -> {interface: stats of its buffer qdisc (``handle``)}:
-    kind, packets sent, drops, backlog in bytes, and for RED its ``marked`` count."""
-    stats = {}
+def buffer_handles(queue: QueueConfig | None = None) -> tuple[frozenset, frozenset]:
+    """The qdiscs that make up a port's buffer (their packets, drops and backlog add up) and
+    those that may mark (RED's ``marked``): the one buffer ``10:``, or with traffic classes
+    every class's queue, and the RED inside a lossless class's tbf (whose backlog and drops
+    its tbf already counts)."""
+    if queue is None or not queue.uses_classes:
+        return frozenset({BUFFER_HANDLE}), frozenset({BUFFER_HANDLE})
+    from testbed.qos import class_plan
+
+    leaves = frozenset(class_plan.leaf_handles(queue))
+    inner = frozenset(class_plan.inner_handle(p) for p in queue.lossless_priorities)
+    return leaves, leaves | inner
+
+
+def parse_buffer_stats(tc_json: str, queue: QueueConfig | None = None) -> dict[str, dict]:
+    """``tc -s -j qdisc show`` output -> {interface: stats of its buffer (``buffer_handles``
+    of ``queue``; summed over the class queues)}: kind, packets sent, drops, backlog in
+    bytes, and for RED its ``marked`` count."""
+    counted, marking = buffer_handles(queue)
+    stats: dict[str, dict] = {}
     for qdisc in json.loads(tc_json or "[]"):
-        if qdisc.get("handle") != handle or "dev" not in qdisc:
+        handle = qdisc.get("handle")
+        if handle not in marking or "dev" not in qdisc:
             continue
-        entry = {"kind": qdisc.get("kind"), "packets": qdisc.get("packets", 0),
-                 "drops": qdisc.get("drops", 0), "backlog_bytes": qdisc.get("backlog", 0)}
+        entry = stats.setdefault(qdisc["dev"], {"kind": None, "packets": 0, "drops": 0,
+                                                "backlog_bytes": 0})
+        if handle in counted:
+            entry["kind"] = qdisc.get("kind") if len(counted) == 1 else "classes"
+            entry["packets"] += qdisc.get("packets", 0)
+            entry["drops"] += qdisc.get("drops", 0)
+            entry["backlog_bytes"] += qdisc.get("backlog", 0)
         if "marked" in qdisc:
-            entry["marked"] = qdisc["marked"]
-        stats[qdisc["dev"]] = entry
+            entry["marked"] = entry.get("marked", 0) + qdisc["marked"]
     return stats

@@ -623,3 +623,56 @@ def test_the_marker_is_built_once_and_again_when_its_source_changes(tmp_path):
     later = obj.stat().st_mtime + 10
     os.utime(source, (later, later))
     assert apply.build_object(obj, source) is True
+
+
+# --- RED per traffic class ---------------------------------------------------------------------
+
+
+def test_red_path_with_classes_gives_every_class_queue_its_own_red():
+    from testbed.qos import class_plan
+    from testbed.qos.profiles import PfcConfig
+
+    queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES),
+                        pfc=PfcConfig(xoff_bytes=BUFFER_BYTES // 2, xon_bytes=BUFFER_BYTES // 4,
+                                      headroom_bytes=BUFFER_BYTES // 2))
+    plan = fabric_marking_plan("red-qdisc", ports3(), queue, MTU)
+    assert plan.bpftool == []
+    for port in ports3():
+        mine = [argv for argv in plan.tc if argv[4] == port.intf]
+        adds = [argv for argv in mine if argv[2] == "add"]
+        assert all(argv[9] == "red" and "ecn" in argv for argv in adds)
+        where = {(argv[6], argv[8]) for argv in adds}
+        lossy = [tc for tc in queue.classes if not tc.lossless]
+        lossless = [tc for tc in queue.classes if tc.lossless]
+        assert where == ({(class_plan.class_id(tc.priority), class_plan.leaf_handle(tc.priority))
+                          for tc in lossy}
+                         | {(f"{class_plan.leaf_major(tc.priority):x}:1",
+                             class_plan.inner_handle(tc.priority)) for tc in lossless})
+        # a lossy class's bfifo is deleted first; a lossless class's tbf stays (it is paused)
+        deleted = {argv[8] for argv in mine if argv[2] == "del"}
+        assert deleted == {class_plan.leaf_handle(tc.priority) for tc in lossy}
+        assert not set(class_plan.lossless_leaf_handles(queue)) & deleted
+
+
+def test_buffer_stats_add_up_the_class_queues_and_their_marks():
+    from testbed.qos import class_plan
+    from testbed.qos.profiles import PfcConfig
+
+    queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES),
+                        pfc=PfcConfig(xoff_bytes=BUFFER_BYTES // 2, xon_bytes=BUFFER_BYTES // 4,
+                                      headroom_bytes=BUFFER_BYTES // 2))
+    lossless = queue.lossless_priorities[0]
+    tc_json = json.dumps([
+        {"kind": "htb", "handle": "5:", "dev": "l0-eth3", "drops": 9, "packets": 900},
+        {"kind": "red", "handle": class_plan.leaf_handle(0), "dev": "l0-eth3", "packets": 500,
+         "drops": 1, "backlog": 3000, "marked": 7},
+        {"kind": "tbf", "handle": class_plan.leaf_handle(lossless), "dev": "l0-eth3",
+         "packets": 300, "drops": 0, "backlog": 1500},
+        {"kind": "red", "handle": class_plan.inner_handle(lossless), "dev": "l0-eth3",
+         "packets": 300, "drops": 0, "backlog": 1500, "marked": 5},
+    ])
+    stats = parse_buffer_stats(tc_json, queue)
+    assert stats == {"l0-eth3": {"kind": "classes", "packets": 800, "drops": 1,
+                                 "backlog_bytes": 4500, "marked": 12}}
+    # without classes only the single buffer counts
+    assert parse_buffer_stats(tc_json) == {}

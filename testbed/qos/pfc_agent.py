@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -77,6 +78,7 @@ TC_STATS_BACKLOG_OFFSET = 32  # struct tc_stats: u64 bytes, u32 packets drops ov
 IDLE_WAKE_MS = 10
 SIOCGIFHWADDR = 0x8927
 REALTIME_PRIORITY = 10
+REALTIME_BUDGET_S = 0.5  # CPU time a real-time thread may use between two blocking calls
 SWITCH_INTERVAL_S = 0.0005  # let the listener in quickly while the watcher parses
 
 
@@ -253,8 +255,12 @@ def _read_mac(intf: str) -> str:
 def realtime_priority() -> str:
     """Run ahead of the emulation's busy processes: a pause that waits for a CPU behind
     ovs-vswitchd and the traffic generators arrives too late for the headroom. The agent
-    sleeps between samples, so a real-time class costs the others only what it uses."""
+    sleeps between samples, so a real-time class costs the others only what it uses; should
+    a thread ever spin, RLIMIT_RTTIME ends the agent (SIGXCPU, then SIGKILL) once it has run
+    ``REALTIME_BUDGET_S`` without blocking, instead of starving the machine."""
     try:
+        budget_us = int(REALTIME_BUDGET_S * 1e6)
+        resource.setrlimit(resource.RLIMIT_RTTIME, (budget_us, 2 * budget_us))
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
         return "SCHED_FIFO"
     except (OSError, AttributeError):

@@ -325,8 +325,10 @@ def condition_line(r: ConditionResult) -> str:
     if r.ce_marks is not None:
         line += f", {r.ce_marks} CE marks"
     if r.lossless_drops is not None:
+        reach = ("no port paused" if r.max_paused_hops is None
+                 else f"pauses up to {r.max_paused_hops} hops away")
         line += (f", {r.lossless_drops} lossless drops, {r.pause_frames_sent} pause frames, "
-                 f"{r.paused_s:.2f} port-s paused, pauses up to {r.max_paused_hops} hops away")
+                 f"{r.paused_s:.2f} port-s paused, {reach}")
     return line
 
 
@@ -384,10 +386,17 @@ def verdict(results: dict[str, ConditionResult]) -> dict:
         where = ", ".join(f"{len(r['paused_ports'])} at {r['hops']} hops"
                           for r in pfc.by_hop if r["paused_ports"])
         reach = "more than one hop" if checks["spreading_beyond_one_hop"] else "NOT beyond one hop"
-        statements.append(
-            f"congestion spreading: under PFC ports were paused up to {hops} hops from the "
-            f"congested switch ({where or 'none'}); {reach}")
-    if pfc and both:
+        if hops is None:
+            statements.append("congestion spreading: under PFC no port was paused; NOT beyond "
+                              "one hop")
+        else:
+            statements.append(
+                f"congestion spreading: under PFC ports were paused up to {hops} hops from the "
+                f"congested switch ({where}); {reach}")
+    if pfc and both and pfc.paused_s == 0:
+        checks["ecn_cuts_pause_time"] = False
+        statements.append("ECN cuts the pause time: NOT shown, PFC alone paused nothing")
+    elif pfc and both:
         checks["ecn_cuts_pause_time"] = both.paused_s <= pfc.paused_s * (1 - PAUSE_CUT_BY)
         statements.append(
             f"ECN cuts the pause time: {both.paused_s:.2f} port-s paused with ECN against "
@@ -411,8 +420,8 @@ def verdict(results: dict[str, ConditionResult]) -> dict:
     return {"checks": checks, "statements": statements,
             "tolerances": {"victim_slowed_by": VICTIM_SLOWED_BY,
                            "spread_min_hops": SPREAD_MIN_HOPS, "pause_cut_by": PAUSE_CUT_BY},
-            "emulator_trusted": all(r.fidelity.get("trustworthy", False)
-                                    for r in results.values())}
+            "emulator_trusted": bool(results) and all(r.fidelity.get("trustworthy", False)
+                                                      for r in results.values())}
 
 
 def plot(results: dict[str, ConditionResult], config: PfcDemoConfig, path: Path) -> None:

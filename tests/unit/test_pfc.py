@@ -1,7 +1,9 @@
 """PFC without root: the per-class queues' tc commands, the fast pause-frame decoder against
 scapy's, the ports' state machines, the pause agent's plan, the headroom's fan-in, the
-agent's netlink messages and parsers, and the run summary's arithmetic. No namespaces, no
-netlink socket is opened: the agent's kernel side is fed hand-built bytes."""
+agent's netlink messages and parsers, the run summary's arithmetic, the kick frame, and
+which ports feed which queue (and the acyclic pause dependencies that gives up/down routing).
+No namespaces, no netlink socket is opened: the agent's kernel side is fed hand-built
+bytes."""
 from __future__ import annotations
 
 import itertools
@@ -9,11 +11,14 @@ import json
 import random
 import struct
 
+import networkx as nx
 import pytest
 from scapy.contrib.mac_control import MACControlPause
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
+from controllers.dragonfly_routing import DRAGONFLY_MODES
+from controllers.routing import MODES as ROUTING_MODES
 from testbed import topology
 from testbed.errors import ConfigError
 from testbed.fabric import (
@@ -25,9 +30,11 @@ from testbed.fabric import (
 )
 from testbed.qos import class_plan, scaling
 from testbed.qos.pfc import (
+    KICK_ETHERTYPE,
     PFC_DST_MAC,
     PfcFrame,
     decode_pfc_frame,
+    kick_frame,
     parse_pfc_frame,
     pause_duration_s,
     pfc_frame,
@@ -39,6 +46,7 @@ from testbed.qos.pfc_agent import QdiscBacklogs, _quantiles, rate_bytes_per_s, t
 from testbed.qos.pfc_control import (
     PAUSE,
     RESUME,
+    SHORTEST_PATH_MODES,
     XOFF,
     XON,
     AgentPlan,
@@ -46,6 +54,7 @@ from testbed.qos.pfc_control import (
     PauseTimer,
     QueueWatch,
     agent_plan,
+    feeding_ports,
     ports_to_pause,
     switch_fan_in,
 )
@@ -59,7 +68,7 @@ from testbed.qos.profiles import (
     QueueConfig,
     TrafficClass,
 )
-from testbed.topology.base import Fabric
+from testbed.topology.base import AGGREGATION, CORE, EDGE, Fabric, intf_name
 from testbed.topology.fattree import fat_tree
 
 RATE_MBIT = 20.0
@@ -806,3 +815,304 @@ def test_lossless_queue_drops_counts_only_the_lossless_leaves():
 
 def test_qdisc_drops_counts_every_class_leaf_once():
     assert qdisc_drops(CLASS_QUEUES_TC_JSON) == 9 + 2 + 1 + 3
+
+
+# --- the kick frame -----------------------------------------------------------------------
+
+
+MIN_FRAME_BYTES = 60  # the Ethernet minimum without the FCS, which the kernel adds
+
+
+def test_kick_frame_is_a_minimum_frame_no_one_acts_on():
+    data = kick_frame(SRC_MAC)
+    assert len(data) == MIN_FRAME_BYTES
+    assert KICK_ETHERTYPE == 0x88B5  # IEEE 802 local experimental ethertype 1
+    assert data[:6] == bytes.fromhex("0180c2000001")
+    assert data[6:12] == bytes.fromhex(SRC_MAC.replace(":", ""))
+    assert struct.unpack_from("!H", data, 12) == (KICK_ETHERTYPE,)
+    assert data[14:] == bytes(MIN_FRAME_BYTES - 14)
+    assert assert_decoders_agree(data) is None  # the agent's listener must not take it as PFC
+
+
+def test_kick_frame_lowercases_the_mac():
+    assert kick_frame(SRC_MAC.upper()) == kick_frame(SRC_MAC)
+
+
+@pytest.mark.parametrize("mac", ["02:00:00:00:00", "02-00-00-00-00-01", "02:00:00:00:00:0g",
+                                 "", None, 2])
+def test_kick_frame_with_a_bad_mac_is_a_config_error(mac):
+    with pytest.raises(ConfigError) as err:
+        kick_frame(mac)
+    assert err.value.field == "src_mac"
+
+
+# --- which ports feed which queue ---------------------------------------------------------
+
+
+HALF = 2  # k/2 of the k=4 fat-tree: host ports 1..2 of an edge, down ports 1..2 of an aggregation
+
+
+def k4_fat_tree() -> Fabric:
+    return topology.build("fattree", k=4, host_rate_mbit=RATE_MBIT)
+
+
+def ports(switch: str, numbers) -> list[str]:
+    return sorted(intf_name(switch, n) for n in numbers)
+
+
+def interface_owners(fab: Fabric) -> dict[str, str]:
+    return {link.intf(end): (link.a, link.b)[end] for link in fab.links for end in (0, 1)}
+
+
+def switch_interfaces(fab: Fabric) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for switch, _, intf, _ in fab.switch_ends():
+        found.setdefault(switch, []).append(intf)
+    return found
+
+
+def test_feeders_of_the_k4_fat_tree_by_hand():
+    """Port numbers as the fat-tree documents them: an edge's ports 1..k/2 go to hosts and
+    k/2+1..k up; an aggregation's 1..k/2 go down to edges and k/2+1..k up to cores; core port
+    1+pod goes to that pod."""
+    fab = k4_fat_tree()
+    feeders = feeding_ports(fab)
+    down, up = range(1, HALF + 1), range(HALF + 1, 2 * HALF + 1)
+    assert feeders["p0e0-eth1"] == ["p0e0-eth2", "p0e0-eth3", "p0e0-eth4"]
+    assert feeders["p0a0-eth3"] == ["p0a0-eth1", "p0a0-eth2"]
+    for name, node in fab.nodes.items():
+        if node.role == EDGE:
+            for port in down:  # toward a host: its other host port and both uplinks
+                others = [p for p in down if p != port]
+                assert feeders[intf_name(name, port)] == ports(name, [*others, *up])
+            for port in up:  # toward an aggregation: only the hosts, never the other uplink
+                assert feeders[intf_name(name, port)] == ports(name, down)
+        elif node.role == AGGREGATION:
+            for port in down:  # toward an edge: the other edge and both cores
+                others = [p for p in down if p != port]
+                assert feeders[intf_name(name, port)] == ports(name, [*others, *up])
+            for port in up:  # toward a core: only the edges; traffic never turns back up
+                assert feeders[intf_name(name, port)] == ports(name, down)
+        elif node.role == CORE:
+            all_ports = range(1, 2 * HALF + 1)  # one per pod
+            for port in all_ports:
+                assert feeders[intf_name(name, port)] == \
+                    ports(name, [p for p in all_ports if p != port])
+    # the keys are exactly the switch egress interfaces: a host NIC is never a queue here,
+    # nor a feeder (its pauses come from the edge port's feeders)
+    switch_intfs = {i for intfs in switch_interfaces(fab).values() for i in intfs}
+    assert set(feeders) == switch_intfs
+    assert {i for ingress in feeders.values() for i in ingress} == switch_intfs
+    owners = interface_owners(fab)
+    assert not any(fab.nodes[owners[i]].is_host for i in feeders)
+
+
+@pytest.mark.parametrize("fab", [
+    k4_fat_tree(),
+    topology.build("fattree", k=6, host_rate_mbit=RATE_MBIT),
+    small_spine_leaf(),
+    topology.build("spineleaf", leaves=3, spines=2, hosts_per_leaf=2, host_rate_mbit=RATE_MBIT),
+], ids=["fattree-k4", "fattree-k6", "spineleaf-2x2", "spineleaf-3x2"])
+def test_every_feeder_is_another_port_of_the_same_switch(fab):
+    owner = interface_owners(fab)
+    for egress, ingress in feeding_ports(fab).items():
+        assert ingress, egress  # every queue carries some host's traffic
+        assert ingress == sorted(set(ingress))
+        assert egress not in ingress
+        assert {owner[i] for i in ingress} == {owner[egress]}
+
+
+def path_feeders(fab: Fabric) -> dict[str, list[str]]:
+    """The same answer derived another way: walk every ECMP path (every shortest switch path
+    between two hosts' edge switches) and note, at each switch, the port a packet came in on
+    and the port it left by."""
+    graph = fab.graph()
+    switch_graph = graph.subgraph(s.name for s in fab.switches)
+    found: dict[str, set[str]] = {}
+    for src in fab.hosts:
+        for dst in fab.hosts:
+            if src.name == dst.name:
+                continue
+            first, _ = fab.host_attachment(src.name)
+            last, _ = fab.host_attachment(dst.name)
+            for path in nx.all_shortest_paths(switch_graph, first, last):
+                hops = [src.name, *path, dst.name]
+                for before, switch, after in zip(hops, hops[1:], hops[2:]):
+                    egress = intf_name(switch, graph.edges[switch, after]["ports"][switch])
+                    ingress = intf_name(switch, graph.edges[switch, before]["ports"][switch])
+                    found.setdefault(egress, set()).add(ingress)
+    return {egress: sorted(ingress) for egress, ingress in found.items()}
+
+
+@pytest.mark.parametrize("fab", [
+    k4_fat_tree(),
+    small_spine_leaf(),
+    topology.build("dragonfly", p=1, a=2, h=1),
+], ids=["fattree-k4", "spineleaf-2x2", "dragonfly"])
+def test_feeders_are_exactly_the_ports_ecmp_paths_use(fab):
+    assert feeding_ports(fab) == path_feeders(fab)
+
+
+def test_rail_port_routes_are_covered_by_the_feeders():
+    """A rail fabric's node switches send a GPU's traffic out of its own rail's NIC whatever
+    the shortest paths say; the feeders may pause more than that, never less."""
+    from controllers.routing import compute_rules
+
+    fab = topology.build("rail", nodes=3, gpus_per_node=2, spines=2, host_rate_mbit=RATE_MBIT)
+    feeders = feeding_ports(fab)
+    rules = compute_rules(fab)
+    port_routes = [(name, r) for name, sw in rules.items() for r in sw.port_routes]
+    assert port_routes  # the rail fabric does pin GPUs to rails
+    for name, route in port_routes:
+        assert intf_name(name, route.in_port) in feeders[intf_name(name, route.out_port)]
+
+
+def pause_dependencies(fab: Fabric, feeders: dict[str, list[str]]) -> nx.DiGraph:
+    """Queue Q -> queue Q' when Q crossing XOFF pauses Q': Q' is the switch egress queue at the
+    far end of a port that feeds Q (a host NIC at the far end ends the chain)."""
+    peer = {}
+    for link in fab.links:
+        for end in (0, 1):
+            peer[link.intf(end)] = (link.intf(1 - end), (link.a, link.b)[1 - end])
+    deps = nx.DiGraph()
+    for queue, ingress in feeders.items():
+        deps.add_node(queue)
+        for port in ingress:
+            upstream, node = peer[port]
+            if not fab.nodes[node].is_host:
+                deps.add_edge(queue, upstream)
+    return deps
+
+
+def every_other_port(fab: Fabric) -> dict[str, list[str]]:
+    """What a switch would pause without feeders: all its other ports, for every queue."""
+    return {intf: [p for p in intfs if p != intf]
+            for intfs in switch_interfaces(fab).values() for intf in intfs}
+
+
+# edge down <- aggregation down <- core down <- aggregation up <- edge up (<- hosts)
+FAT_TREE_LONGEST_PAUSE_CHAIN = 4
+
+
+@pytest.mark.parametrize("fab", [
+    k4_fat_tree(),
+    topology.build("fattree", k=6, host_rate_mbit=RATE_MBIT),
+    small_spine_leaf(),
+], ids=["fattree-k4", "fattree-k6", "spineleaf-2x2"])
+def test_pause_dependencies_of_shortest_path_routing_are_acyclic(fab):
+    """Up/down routing's deadlock freedom: no cycle of queues each waiting for the next."""
+    deps = pause_dependencies(fab, feeding_ports(fab))
+    assert deps.number_of_edges() > 0
+    assert nx.is_directed_acyclic_graph(deps)
+    # pausing every other port instead closes cycles (core -> aggregation -> core), so the
+    # check above is not acyclic by construction
+    assert not nx.is_directed_acyclic_graph(pause_dependencies(fab, every_other_port(fab)))
+
+
+def test_the_longest_pause_chain_of_the_fat_tree():
+    fab = k4_fat_tree()
+    deps = pause_dependencies(fab, feeding_ports(fab))
+    assert nx.dag_longest_path_length(deps) == FAT_TREE_LONGEST_PAUSE_CHAIN
+    # an aggregation's uplink queue never pauses a core, only the edges below it
+    assert sorted(deps.successors("p0a0-eth3")) == ["p0e0-eth3", "p0e1-eth3"]
+    # an edge's uplink queue is fed by hosts only: congestion there pauses no switch queue
+    assert list(deps.successors("p0e0-eth3")) == []
+
+
+def test_ports_to_pause_with_feeders_on_an_aggregation_switch():
+    feeders = feeding_ports(k4_fat_tree())
+    agg = ["p0a0-eth1", "p0a0-eth2", "p0a0-eth3", "p0a0-eth4"]
+    own = {q: feeders[q] for q in agg}
+    assert ports_to_pause(agg, set(), own) == dict.fromkeys(agg, False)
+    # an uplink queue toward a core pauses the edges only
+    assert ports_to_pause(agg, {"p0a0-eth3"}, own) == {
+        "p0a0-eth1": True, "p0a0-eth2": True, "p0a0-eth3": False, "p0a0-eth4": False}
+    # a downlink queue toward an edge pauses the other edge and both cores, not its own port
+    assert ports_to_pause(agg, {"p0a0-eth1"}, own) == {
+        "p0a0-eth1": False, "p0a0-eth2": True, "p0a0-eth3": True, "p0a0-eth4": True}
+    # two downlinks: each feeds the other, so every port is paused
+    assert ports_to_pause(agg, {"p0a0-eth1", "p0a0-eth2"}, own) == dict.fromkeys(agg, True)
+    # a queue no port feeds pauses nothing
+    assert ports_to_pause(agg, {"p0a0-eth1"}, {}) == dict.fromkeys(agg, False)
+
+
+def test_ports_to_pause_with_every_other_port_as_feeders_is_the_default():
+    rng = random.Random(8021)
+    fab = k4_fat_tree()
+    for switch_ports in switch_interfaces(fab).values():
+        everyone = {q: [p for p in switch_ports if p != q] for q in switch_ports}
+        for _ in range(10):
+            congested = {p for p in switch_ports if rng.random() < 0.4}
+            assert ports_to_pause(switch_ports, congested, everyone) == \
+                ports_to_pause(switch_ports, congested)
+
+
+def test_ports_to_pause_with_feeders_never_pauses_more_than_without():
+    rng = random.Random(88)
+    fab = k4_fat_tree()
+    feeders = feeding_ports(fab)
+    for switch_ports in switch_interfaces(fab).values():
+        for _ in range(10):
+            congested = {p for p in switch_ports if rng.random() < 0.4}
+            narrow = ports_to_pause(switch_ports, congested, feeders)
+            wide = ports_to_pause(switch_ports, congested)
+            assert all(wide[p] for p in switch_ports if narrow[p])
+
+
+def test_shortest_path_modes_are_the_controllers_and_not_the_dragonflys():
+    assert set(SHORTEST_PATH_MODES) == set(ROUTING_MODES)
+    assert not set(SHORTEST_PATH_MODES) & set(DRAGONFLY_MODES)
+
+
+@pytest.mark.parametrize("routing", ["ecmp", "single"])
+def test_agent_plan_with_shortest_path_routing_carries_the_feeders(routing):
+    fab = k4_fat_tree()
+    plan = agent_plan(fab, pfc_queue(fan_in=switch_fan_in(fab)), poll_s=0.001, routing=routing)
+    assert plan.feeders == feeding_ports(fab)
+    for switch, switch_ports in plan.switch_ports.items():
+        own = plan.switch_feeders(switch)
+        assert list(own) == switch_ports
+        assert own == {intf: plan.feeders[intf] for intf in switch_ports}
+    assert plan.switch_feeders("p0a0")["p0a0-eth3"] == ["p0a0-eth1", "p0a0-eth2"]
+
+
+def test_agent_plan_defaults_to_ecmp_feeders():
+    fab = small_spine_leaf()
+    plan = agent_plan(fab, pfc_queue(fan_in=switch_fan_in(fab)), poll_s=0.001)
+    assert plan.feeders == feeding_ports(fab)
+
+
+@pytest.mark.parametrize("routing", DRAGONFLY_MODES)
+def test_agent_plan_with_dragonfly_routing_has_no_feeders(routing):
+    fab = topology.build("dragonfly", p=1, a=2, h=1, host_rate_mbit=RATE_MBIT)
+    plan = agent_plan(fab, pfc_queue(fan_in=switch_fan_in(fab)), poll_s=0.001, routing=routing)
+    assert plan.feeders is None
+    for switch in plan.switch_ports:
+        assert plan.switch_feeders(switch) is None  # ports_to_pause then pauses every other port
+
+
+def test_switch_feeders_fills_queues_no_port_feeds():
+    fab = small_spine_leaf()
+    plan = agent_plan(fab, pfc_queue(fan_in=switch_fan_in(fab)), poll_s=0.001)
+    partial = AgentPlan(plan.pfc, plan.priorities, plan.mtu_bytes, plan.buffer_bytes,
+                        plan.poll_s, plan.switch_ports, plan.interfaces,
+                        feeders={"l0-eth3": ["l0-eth1", "l0-eth2"]})
+    assert partial.switch_feeders("l0") == {"l0-eth1": [], "l0-eth2": [],
+                                           "l0-eth3": ["l0-eth1", "l0-eth2"], "l0-eth4": []}
+
+
+@pytest.mark.parametrize("routing", ["ecmp", "valiant"])
+def test_agent_plan_with_feeders_round_trips_through_json(routing):
+    fab = k4_fat_tree()
+    plan = agent_plan(fab, pfc_queue(fan_in=switch_fan_in(fab)), poll_s=0.002, routing=routing)
+    again = AgentPlan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert again == plan
+    assert again.feeders == plan.feeders
+    assert again.switch_feeders("p0e0") == plan.switch_feeders("p0e0")
+
+
+def test_a_plan_written_before_feeders_reads_as_none():
+    fab = small_spine_leaf()
+    data = agent_plan(fab, pfc_queue(fan_in=switch_fan_in(fab)), poll_s=0.001).to_json()
+    del data["feeders"]
+    assert AgentPlan.from_json(data).feeders is None

@@ -232,6 +232,27 @@ def run_hedera(config: HederaConfig, log=print) -> HederaResult:
     return result
 
 
+# Hedera's hardware testbed (k=4, 1 Gbit/s links): average bisection bandwidth in Mbit/s of
+# ECMP and of a non-blocking switch, the data behind Hedera's Figure 9 (Al-Fares et al., NSDI
+# 2010) as kept with the Mininet-HiFi reproduction (mininet/mininet-tests,
+# hedera/hedera/hedera_results.csv). "random" is the mean of its patterns rand0-rand2.
+PUBLISHED_SOURCE = ("Hedera (NSDI 2010) hardware testbed, Figure 9 data: "
+                    "mininet/mininet-tests hedera/hedera/hedera_results.csv")
+PUBLISHED_MBIT = {  # pattern -> (ECMP, non-blocking)
+    "stride1": (12079, 11739), "stride2": (6525, 12395), "stride4": (3482, 12465),
+    "stride8": (3408, 13851),
+    "random": ((4103 + 3485 + 5013) / 3, (7935 + 9646 + 9220) / 3),
+}
+
+
+def published_ratio(pattern: str) -> float | None:
+    """ECMP over non-blocking on Hedera's testbed for ``pattern`` (None if not published)."""
+    if pattern not in PUBLISHED_MBIT:
+        return None
+    ecmp, nonblocking = PUBLISHED_MBIT[pattern]
+    return ecmp / nonblocking
+
+
 def verdict(result: HederaResult) -> dict:
     """Did the emulator keep up (the non-blocking reference near its capacity), and did the
     ordering non-blocking >= ECMP > single-path hold, per pattern."""
@@ -244,9 +265,12 @@ def verdict(result: HederaResult) -> dict:
         single = result.patterns["single"][name].fraction_of_capacity
         ordering[name] = {"nonblocking": r.fraction_of_capacity, "ecmp": ecmp,
                           "single": single, "gap_ecmp_vs_nonblocking": r.fraction_of_capacity - ecmp,
+                          "ecmp_over_nonblocking": ecmp / r.fraction_of_capacity
+                          if r.fraction_of_capacity else None,
+                          "published_ecmp_over_nonblocking": published_ratio(name),
                           "ordering_holds": r.fraction_of_capacity >= ecmp * 0.98 and ecmp > single}
     return {"emulator_kept_up": kept_up, "nonblocking_min_fraction": NONBLOCKING_MIN_FRACTION,
-            "patterns": ordering}
+            "patterns": ordering, "published_source": PUBLISHED_SOURCE}
 
 
 def format_table(result: HederaResult, setups, patterns) -> str:
@@ -260,10 +284,16 @@ def format_table(result: HederaResult, setups, patterns) -> str:
 
 def format_hedera(result: HederaResult) -> str:
     v = verdict(result)
-    lines = ["", "pattern    non-blocking   ECMP   single-path   (fraction of the host links)"]
+    lines = ["", "pattern    non-blocking   ECMP   single-path   ECMP/non-blocking (published)"
+                 "   (fraction of the host links)"]
     for name, row in v["patterns"].items():
+        ours, theirs = row["ecmp_over_nonblocking"], row["published_ecmp_over_nonblocking"]
+        ratios = (f"{'-' if ours is None else format(ours, '.2f'):>8s} "
+                  f"({'-' if theirs is None else format(theirs, '.2f')})")
+        held = "ordering holds" if row["ordering_holds"] else "ordering BROKEN"
         lines.append(f"{name:10s} {row['nonblocking']:10.1%} {row['ecmp']:8.1%} "
-                     f"{row['single']:10.1%}   {'ordering holds' if row['ordering_holds'] else 'ordering BROKEN'}")
+                     f"{row['single']:10.1%}   {ratios}   {held}")
+    lines.append(f"published: {v['published_source']}")
     for routing, s in result.spread.items():
         lines.append(f"uplink spread, {routing}: Jain index {s.jain:.3f} over {len(s.uplinks)} "
                      f"uplinks ({s.flows} flows)")

@@ -38,3 +38,20 @@ def test_edge_uplinks_are_the_ports_toward_aggregation():
 def test_bad_configs_are_one_line_errors(field, value):
     with pytest.raises(ConfigError):
         HederaConfig(**{field: value}).validate()
+
+
+def test_the_published_gap_stands_beside_ours():
+    from testbed.hedera import PUBLISHED_MBIT, published_ratio
+
+    assert published_ratio("stride4") == pytest.approx(3482 / 12465)
+    assert published_ratio("stride1") > 1.0  # ECMP matched the switch when flows stay local
+    assert published_ratio("stagger") is None
+    ordered = [published_ratio(f"stride{n}") for n in (1, 2, 4, 8)]
+    assert ordered == sorted(ordered, reverse=True)  # the gap opens as flows cross more layers
+    assert set(PUBLISHED_MBIT) >= {"stride1", "stride2", "stride4", "stride8", "random"}
+    row = verdict(result_with({"nonblocking": 0.98, "ecmp": 0.49, "single": 0.25}))
+    assert row["patterns"]["stride4"]["ecmp_over_nonblocking"] == pytest.approx(0.5)
+    assert row["patterns"]["stride4"]["published_ecmp_over_nonblocking"] == pytest.approx(0.279,
+                                                                                          abs=1e-3)
+    text = format_hedera(result_with({"nonblocking": 0.98, "ecmp": 0.49, "single": 0.25}))
+    assert "0.50 (0.28)" in text and "hedera_results.csv" in text

@@ -21,7 +21,8 @@ With two groups there is no intermediate group, and Valiant degenerates to minim
 
 UGAL: TCP and UDP flows are placed one by one by the controller, which sees each flow's
 first packet (controllers.ugal: minimal unless q_min*H_min exceeds q_val*H_val by a bias, the
-loads counting the flows already placed); a detour is tagged as under Valiant. Everything
+loads counting the flows already placed); a detour is tagged as under Valiant. Until a flow's
+own rule is in, and with no controller at all, its packets follow the minimal route. Everything
 else follows the source router's select group, which holds the minimal path as well as the
 Valiant ones, weighted from measured utilisation (``ugal_weights``): costs are load * hops as
 UGAL compares q_min*H_min with q_nm*H_nm; while the minimal path is cheapest it takes
@@ -31,7 +32,7 @@ its relative saving.
 Priorities (higher wins; 200 stays the controller's ARP rule):
   PRIORITY_TAGGED  120  match vlan_vid: transit toward, or arrival in, the intermediate group
   (controllers.ugal, under UGAL: 114 a placed flow's exact 5-tuple; 112 a TCP or UDP packet
-  from a host port for another group, to the controller)
+  from a host port for another group, to the controller and on along the minimal route)
   PRIORITY_INGRESS 110  match in_port (a host port) + ipv4_dst in another group: pick a path
   PRIORITY_MINIMAL 100  match ipv4_dst: minimal route (any VLAN, so tagged packets need the
                         higher tagged rules, which every router has for every VID in use)
@@ -229,6 +230,41 @@ def minimal_ports(view: DragonflyView, router: str, host: str) -> tuple[int, ...
     return ports_toward_group(view, router, view.group_of[dst_router])
 
 
+@dataclass
+class NextHops:
+    """How a router leaves by a set of next-hop ports: one port is an output, several share
+    one ECMP select group (one equal bucket per port), numbered from ``first_group_id`` in
+    the order the port sets are first asked for."""
+
+    first_group_id: int
+    group_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
+
+    def forward(self, ports: tuple[int, ...]) -> tuple[Action, ...]:
+        """Output on one port, or through the (shared) ECMP group of several."""
+        if len(ports) == 1:
+            return (Output(ports[0]),)
+        if ports not in self.group_ids:
+            self.group_ids[ports] = self.first_group_id + len(self.group_ids)
+        return (ToGroup(self.group_ids[ports]),)
+
+    def groups(self) -> dict[int, tuple[Bucket, ...]]:
+        """The ECMP groups asked for so far: id -> buckets."""
+        return {gid: tuple(Bucket(1, (Output(port),)) for port in ports)
+                for ports, gid in self.group_ids.items()}
+
+
+def minimal_routes(view: DragonflyView, router: str
+                   ) -> tuple[NextHops, dict[str, tuple[Action, ...]]]:
+    """``router``'s minimal route to every host: (its next hops, holding the ECMP groups
+    these routes use, host IPv4 address -> the route's actions). The one source of those
+    actions for the router's minimal rules and for every other rule that forwards a packet
+    the minimal way (controllers.ugal's first packets); the routing modes number their
+    further ECMP groups after these."""
+    hops = NextHops(len(view.groups) + 1)
+    return hops, {host.ip: hops.forward(minimal_ports(view, router, host.name))
+                  for host in view.fabric.hosts}
+
+
 # --- path choice at the source router -------------------------------------------------------
 
 def intermediate_groups(view: DragonflyView, src_group: int, dst_group: int) -> list[int]:
@@ -343,40 +379,30 @@ def router_rules(view: DragonflyView, here: str, dpid: int, mode: str,
     """The flow rules and groups of router ``here`` (see the module docstring)."""
     own = view.group_of[here]
     rules = RouterRules(here, dpid)
-    ecmp_ids: dict[tuple[int, ...], int] = {}
-
-    def forward(ports: tuple[int, ...]) -> tuple[Action, ...]:
-        """Output on one port, or through the (shared) ECMP group of several."""
-        if len(ports) == 1:
-            return (Output(ports[0]),)
-        if ports not in ecmp_ids:
-            ecmp_ids[ports] = len(view.groups) + 1 + len(ecmp_ids)
-            rules.groups[ecmp_ids[ports]] = tuple(Bucket(1, (Output(p),)) for p in ports)
-        return (ToGroup(ecmp_ids[ports]),)
-
-    hosts = view.fabric.hosts
-    for host in hosts:
-        rules.flows.append(FlowRule(PRIORITY_MINIMAL, Match(ipv4_dst=host.ip),
-                                    forward(minimal_ports(view, here, host.name))))
+    hops, minimal = minimal_routes(view, here)
+    rules.flows = [FlowRule(PRIORITY_MINIMAL, Match(ipv4_dst=ip), actions)
+                   for ip, actions in minimal.items()]
     if mode == MINIMAL or len(view.groups) < 3:
+        rules.groups = hops.groups()
         return rules
     for group in view.groups:
         if group != own:
             rules.flows.append(FlowRule(PRIORITY_TAGGED, Match(vlan_vid=vlan_vid(group)),
-                                        forward(ports_toward_group(view, here, group))))
+                                        hops.forward(ports_toward_group(view, here, group))))
             rules.groups[source_group_id(group)] = source_buckets(view, here, group, mode,
                                                                   utilisation)
     host_ports = sorted(port for router, port in view.host_at.values() if router == here)
-    for host in hosts:
+    for host in view.fabric.hosts:
         dst_group = view.group_of[view.host_at[host.name][0]]
         if dst_group == own:
             continue
         rules.flows.append(FlowRule(
             PRIORITY_TAGGED, Match(vlan_vid=vlan_vid(own), ipv4_dst=host.ip),
-            (PopVlan(),) + forward(minimal_ports(view, here, host.name))))
+            (PopVlan(),) + minimal[host.ip]))
         rules.flows.extend(FlowRule(PRIORITY_INGRESS, Match(in_port=port, ipv4_dst=host.ip),
                                     (ToGroup(source_group_id(dst_group)),))
                            for port in host_ports)
+    rules.groups.update(hops.groups())
     return rules
 
 

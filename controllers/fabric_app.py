@@ -17,10 +17,11 @@ messages, one for one (``openflow_messages``), and nothing else:
   the events file (TESTBED_EVENTS_JSONL) once every updated switch has answered the plan's
   last barrier, so the testbed can measure the reaction time from its own clock;
 - under UGAL routing, every port-statistics round (controllers.port_stats_app) reweights the
-  source routers' select groups from the measured utilisation; and the first packet of every
-  new TCP or UDP flow for another group comes here (controllers.ugal): the flow is placed,
-  its exact-match rule installed (it reports its removal when it idles out) and the packet
-  sent on the chosen way.
+  source routers' select groups from the measured utilisation; and a copy of the first
+  packet of every new TCP or UDP flow for another group comes here (controllers.ugal): the
+  flow is placed and its exact-match rule installed (it reports its removal when it idles
+  out). The packet itself has already left along the minimal route, so it is not sent
+  back out.
 
 ARP is answered by controllers.arp_app; port counters are polled by controllers.port_stats_app.
 """
@@ -47,7 +48,7 @@ from controllers.forwarding import (ADD, DELETE, MODIFY, Barrier, FlowAction, Fl
 from controllers.guard import survives
 from controllers.port_stats_app import EventPortStatsRound
 from controllers.ugal import (IP_PROTO_TCP, IP_PROTO_UDP, FlowKey, TransportRule, flow_weight,
-                              placement_rule)
+                              placement_plan)
 from testbed.openflow_stats import port_tx_rates_mbit
 from testbed.topology.base import Fabric
 
@@ -340,7 +341,10 @@ class FabricApp(app_manager.OSKenApp):
                              len(plans), sent)
 
     # Only ugal routing sends IPv4 here (controllers.ugal.to_controller_rules); ARP is
-    # controllers.arp_app's, and this handler leaves it alone.
+    # controllers.arp_app's, and this handler leaves it alone. The rule that sent the packet
+    # asked for all of it (OFPCML_NO_BUFFER, so buffer_id is OFP_NO_BUFFER and no switch
+    # buffer waits for a packet-out) and has already forwarded it along the minimal route:
+    # a packet-out would deliver it twice. An IP fragment without ports has nothing to place.
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     @survives
     def packet_in_handler(self, ev):
@@ -349,28 +353,17 @@ class FabricApp(app_manager.OSKenApp):
         msg = ev.msg
         dp = msg.datapath
         name = self.state.names.get(dp.id)
-        pkt = packet.Packet(msg.data)
-        ip = pkt.get_protocol(ipv4.ipv4)
-        if name is None or ip is None:
+        found = transport_flow(packet.Packet(msg.data))
+        if name is None or found is None:
             return
-        in_port = msg.match["in_port"]
-        found = transport_flow(pkt)
-        if found is None:
-            path = self.state.placements.minimal_path(name, ip.dst)
-        else:
-            flow, weight = found
-            placement, new = self.state.place_flow(name, in_port, flow, weight)
+        flow, weight = found
+        placement, new = self.state.place_flow(name, msg.match["in_port"], flow, weight)
+        send_plan(dp, placement_plan(placement, new))
+        if new:
             path = placement.path
-            if new:
-                send_plan(dp, [placement_rule(placement)])
-                self.logger.info("ugal: %s at %s: %s, port %d (%.1f hops)", flow.describe(),
-                                 name, "minimal" if path.option is None
-                                 else f"through group {path.option}", path.port, path.hops)
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        buffered = msg.buffer_id != ofp.OFP_NO_BUFFER
-        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=msg.buffer_id, in_port=in_port,
-                                        actions=ofp_actions(parser, ofp, path.actions),
-                                        data=None if buffered else msg.data))
+            self.logger.info("ugal: %s at %s: %s, port %d (%.1f hops)", flow.describe(), name,
+                             "minimal" if path.option is None
+                             else f"through group {path.option}", path.port, path.hops)
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     @survives

@@ -1,17 +1,18 @@
 """UGAL on a dragonfly at flow granularity, as plain data: which way the source router sends
 each new TCP or UDP flow for another group, and the bookkeeping of the flows placed so far.
 No OpenFlow: controllers.fabric_state keeps a ``FlowPlacements`` under ``ugal`` routing, and
-controllers.fabric_app turns what it returns into rules and packet-outs.
+controllers.fabric_app turns what it returns into rules.
 
 Why per flow: a select group hashes each flow onto one bucket for the flow's whole life, so
 reweighting buckets from polled load (controllers.dragonfly_routing.ugal_weights) moves only
 flows that start afterwards; a few long flows never move. Here the controller sees every
 flow start and chooses for it:
 
-  1. the source router sends the first packet of a TCP or UDP flow from one of its host
-     ports to a host of another group to the controller (``to_controller_rules``,
-     PRIORITY_TO_CONTROLLER: above the select group's rule, which keeps carrying every
-     other protocol);
+  1. the source router sends the controller a copy of the first packet of a TCP or UDP
+     flow from one of its host ports to a host of another group, and forwards the packet
+     itself along its minimal route, the same actions as the router's minimal rule for
+     that address (``to_controller_rules``, PRIORITY_TO_CONTROLLER: above the select
+     group's rule, which keeps carrying every other protocol);
   2. ``FlowPlacements.place`` lists the candidate paths: the minimal one for each minimal
      first-hop port, and the Valiant ones through ``VALIANT_CANDIDATES`` intermediate groups
      drawn at random from a seed and the flow's 5-tuple (the same flow is offered the same
@@ -31,9 +32,16 @@ flow start and chooses for it:
   4. the app installs an exact 5-tuple rule at PRIORITY_PLACED_FLOW with an idle timeout
      (``placement_rule``) that pushes the intermediate group's VLAN tag when the path is a
      detour (the same tag and transit rules as Valiant routing) and leaves by the chosen
-     port, and packet-outs the first packet the same way;
+     port; it sends no packet-out (``placement_plan``): the packet is already on its way;
   5. when the rule idles out, its flow-removed message (it carries the placement's cookie)
      takes the flow off its links (``FlowPlacements.remove``).
+
+Fail-secure for new flows: the controller only steers, it never carries. A flow's packets
+follow the minimal route until its exact rule is in (each also reaching the controller,
+which places the flow once), so a controller that is slow, restarting or gone (the switches
+run with fail_mode=secure and keep their rules) leaves new flows on the minimal path, as
+under ``minimal`` routing, instead of dropping them. The price: a flow placed on a detour
+sends its first packets (a TCP connection's SYN, a few datagrams) the minimal way.
 
 The reply direction of a TCP connection (its first packet is a SYN-ACK) is placed the same
 way but weighs REPLY_FLOW_WEIGHT: a bulk transfer's reverse path carries acknowledgements,
@@ -48,7 +56,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controllers.dragonfly_routing import (Action, DragonflyView, Output, PushVlan,
-                                           intermediate_groups, minimal_ports,
+                                           intermediate_groups, minimal_ports, minimal_routes,
                                            ports_toward_group, spread, vlan_vid)
 from controllers.forwarding import ToController
 
@@ -243,11 +251,16 @@ class TransportRule:
 
 
 def to_controller_rules(view: DragonflyView, router: str) -> list[TransportRule]:
-    """The rules that send the controller the first packet of each TCP and UDP flow from
-    ``router``'s host ports to a host of another group."""
+    """The rules that catch the first packets of each TCP and UDP flow from ``router``'s host
+    ports to a host of another group: each packet goes whole to the controller, which places
+    the flow, and on along the minimal route (``minimal_routes``: the actions of the
+    router's minimal rule for that address, an output or its ECMP group), so no packet
+    waits for the controller and none is lost without one."""
     own = view.group_of[router]
     host_ports = sorted(port for r, port in view.host_at.values() if r == router)
-    return [TransportRule(PRIORITY_TO_CONTROLLER, port, proto, host.ip, (ToController(),))
+    _, minimal = minimal_routes(view, router)
+    return [TransportRule(PRIORITY_TO_CONTROLLER, port, proto, host.ip,
+                          (ToController(),) + minimal[host.ip])
             for host in view.fabric.hosts if view.group_of[view.host_at[host.name][0]] != own
             for port in host_ports for proto in TRANSPORT_PROTOCOLS]
 
@@ -259,6 +272,14 @@ def placement_rule(placement: Placement,
     return TransportRule(PRIORITY_PLACED_FLOW, placement.in_port, flow.ip_proto, flow.ipv4_dst,
                          placement.path.actions, flow.ipv4_src, flow.src_port, flow.dst_port,
                          idle_timeout_s, placement.cookie)
+
+
+def placement_plan(placement: Placement, new: bool) -> list[TransportRule]:
+    """What the source router is sent when a packet of ``placement``'s flow reaches the
+    controller: the flow's exact rule when the placement is ``new``, else nothing (more of
+    its packets came before the rule was in). Never the packet: the rule that caught it has
+    already forwarded it, so a packet-out would deliver it twice."""
+    return [placement_rule(placement)] if new else []
 
 
 class FlowPlacements:
@@ -315,13 +336,6 @@ class FlowPlacements:
                                   self.seed, self.valiant_candidates)
         minimal, valiant = candidate_paths(self.view, router, dst_host, middles)
         return ugal_choice(minimal, valiant, self.link_load_flows(), self.bias_flow_hops)
-
-    def minimal_path(self, router: str, ipv4_dst: str) -> Path:
-        """The least loaded minimal path from ``router`` to ``ipv4_dst``: for a packet that
-        reached the controller but starts no flow to place (an IP fragment has no ports)."""
-        minimal, _ = candidate_paths(self.view, router, self.destination(router, ipv4_dst)[0],
-                                     ())
-        return ugal_choice(minimal, [], self.link_load_flows())
 
     def place(self, router: str, in_port: int, flow: FlowKey,
               weight_flows: float = DATA_FLOW_WEIGHT) -> tuple[Placement, bool]:

@@ -2,8 +2,9 @@
 over every bucket choice, is delivered untagged without a loop, over at most one global link
 (minimal) or two (Valiant, UGAL); the adversarial shift pattern piles onto one global link
 under minimal routing and spreads under Valiant; UGAL weights move with the measured load;
-and the fluid model agrees with the flow tables, also for a pair sent one way. Flows placed
-one by one under UGAL: tests/unit/test_ugal.py."""
+and the fluid model agrees with the flow tables, also for a pair sent one way; under UGAL the
+first packets of a new flow follow the minimal route with no controller to place them. Flows
+placed one by one under UGAL: tests/unit/test_ugal.py."""
 from __future__ import annotations
 
 import functools
@@ -15,11 +16,14 @@ import pytest
 
 from controllers.dragonfly_routing import (DRAGONFLY_MODES, MINIMAL, PRIORITY_INGRESS,
                                            PRIORITY_MINIMAL, PRIORITY_TAGGED, UGAL, VALIANT,
-                                           WEIGHT_SCALE, Bucket, Match, Output, PopVlan,
-                                           PushVlan, ToGroup, compute_dragonfly_rules,
+                                           WEIGHT_SCALE, Bucket, FlowRule, Match, Output,
+                                           PopVlan, PushVlan, ToGroup, compute_dragonfly_rules,
                                            dragonfly_view, group_shift_traffic, link_loads_mbit,
                                            link_utilisation, source_group_id, ugal_shares,
                                            ugal_weights, vlan_vid)
+from controllers.forwarding import ToController
+from controllers.ugal import (IP_PROTO_TCP, IP_PROTO_UDP, PRIORITY_TO_CONTROLLER,
+                              to_controller_rules)
 from fabric_walk import FlowWalker, Hop, port_ends
 from testbed.topology.base import Fabric
 from testbed.topology.dragonfly import dragonfly
@@ -193,6 +197,41 @@ def test_idle_ugal_routes_minimally(fly):
     ugal = traces_for(fly, UGAL)
     assert {pair: [routers_of(t) for t in ts] for pair, ts in ugal.items()} == \
         {pair: [routers_of(t) for t in ts] for pair, ts in minimal.items()}
+
+
+def test_ugal_first_packets_follow_the_minimal_route_with_no_controller(fly):
+    """The rules that catch a new TCP or UDP flow for another group send the controller a
+    copy and forward the packet with the router's own minimal actions (its ECMP group, which
+    the table holds, where it has one: the parallel fabric). Walked with the controller's
+    copy gone, as when no controller answers, every such packet wins over the select group
+    and is delivered exactly along the minimal route, over every ECMP branch."""
+    view = dragonfly_view(fly)
+    caught = {}
+    for name, rules in compute_dragonfly_rules(fly, UGAL).items():
+        minimal = {f.match.ipv4_dst: f.actions for f in rules.flows
+                   if f.priority == PRIORITY_MINIMAL}
+        catch = to_controller_rules(view, name)
+        for rule in catch:
+            assert rule.actions == (ToController(),) + minimal[rule.ipv4_dst], rule
+            assert {a.group_id for a in rule.actions if isinstance(a, ToGroup)} <= set(
+                rules.groups), rule
+        assert {rule.ip_proto for rule in catch} <= {IP_PROTO_TCP, IP_PROTO_UDP}
+        caught[name] = replace(rules, flows=rules.flows + [
+            FlowRule(rule.priority, Match(in_port=rule.in_port, ipv4_dst=rule.ipv4_dst),
+                     rule.actions[1:])
+            for rule in catch if rule.ip_proto == IP_PROTO_TCP])
+    walker = FlowWalker(fly, caught)
+    expected = traces_for(fly, MINIMAL)
+    ecmp = 0
+    for src in fly.hosts:
+        for dst in fly.hosts:
+            if group(fly, src.name) == group(fly, dst.name):
+                continue
+            traces = walker.traces(src.name, dst.ip)
+            assert walker.lookup(traces[0][0], dst.ip).priority == PRIORITY_TO_CONTROLLER
+            assert traces == expected[(src.name, dst.name)], (src.name, dst.name)
+            ecmp += len(traces) > 1
+    assert (ecmp > 0) == (fly is built(PARALLEL))
 
 
 # --- the rules themselves --------------------------------------------------------------------

@@ -3,9 +3,10 @@ ones the switches' rules carry a placed flow along; the choice is UGAL's q*H rul
 bias; flows arriving one by one on the adversarial shift pattern spread over the global links
 while uniform traffic mostly stays minimal, and the fluid model says what that delivers;
 choices repeat with a seed; placements come and go without leaving load behind. Then the
-state and OpenFlow layers around it: the rules that send first packets to the controller,
-the exact-match rule of a placed flow on the wire, the first packet read back as a flow, and
-the app's handlers on a fake connection.
+state and OpenFlow layers around it: the rules that send first packets to the controller
+and on along the minimal route (so new flows need no controller to flow), the exact-match
+rule of a placed flow on the wire, the first packet read back as a flow, and the app's
+handlers on a fake connection, which install that rule and never send the packet again.
 
 Two fluid-model figures are reported for a set of placements, from the loads
 controllers.dragonfly_routing.link_loads_mbit gives each pair on the path it was placed on:
@@ -28,9 +29,10 @@ from os_ken.lib.packet import ethernet, icmp, ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_parser, ofproto_protocol, ofproto_v1_3
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controllers.dragonfly_routing import (MINIMAL, PRIORITY_INGRESS, PRIORITY_TAGGED, UGAL,
-                                           VALIANT, FlowRule, Match, Output,
-                                           PushVlan, compute_dragonfly_rules, dragonfly_view,
+from controllers.dragonfly_routing import (MINIMAL, PRIORITY_INGRESS, PRIORITY_MINIMAL,
+                                           PRIORITY_TAGGED, UGAL, VALIANT, FlowRule, Match,
+                                           Output, PushVlan, compute_dragonfly_rules,
+                                           dragonfly_view,
                                            group_shift_traffic, intermediate_groups,
                                            link_loads_mbit, link_utilisation, vlan_vid)
 from controllers.fabric_app import FabricApp, openflow_messages, transport_flow
@@ -39,8 +41,8 @@ from controllers.forwarding import Barrier, ToController, program_plan
 from controllers.ugal import (DATA_FLOW_WEIGHT, IP_PROTO_TCP, IP_PROTO_UDP,
                               PRIORITY_PLACED_FLOW, PRIORITY_TO_CONTROLLER, REPLY_FLOW_WEIGHT,
                               UGAL_BIAS_FLOW_HOPS, VALIANT_CANDIDATES, FlowKey, FlowPlacements,
-                              Path, TransportRule, candidate_paths, flow_weight, placement_rule,
-                              sampled_middles, to_controller_rules, ugal_choice)
+                              Path, TransportRule, candidate_paths, flow_weight, placement_plan,
+                              placement_rule, sampled_middles, to_controller_rules, ugal_choice)
 from fabric_walk import FlowWalker
 from testbed.hedera import index_pattern
 from testbed.topology.dragonfly import dragonfly
@@ -271,7 +273,6 @@ def test_measured_load_alone_steers_a_flow_and_noise_does_not(fabric, view):
     assert placements.choose("g0r1", flow).option is None
     placements.measured({end: 1.0 for end, _ in minimal.links})
     assert placements.choose("g0r1", flow).option is not None
-    assert placements.minimal_path("g0r1", flow.ipv4_dst) == minimal
     with pytest.raises(ValueError, match="in the group of g0r1"):
         placements.choose("g0r1", data_flow(fabric, ("g0r1h0", "g0r2h0"), 0))
     with pytest.raises(ValueError, match="no host"):
@@ -380,14 +381,26 @@ def test_a_reply_direction_weighs_a_tenth_of_a_flow():
 # --- rules and controller state --------------------------------------------------------------
 
 
-def test_first_packets_of_tcp_and_udp_flows_to_other_groups_go_to_the_controller(fabric, view):
+def test_first_packets_of_tcp_and_udp_flows_to_other_groups_go_to_the_controller_and_on(
+        fabric, view):
+    """Each catch rule sends the controller a copy and forwards the packet with the actions
+    of the router's minimal rule for its destination (test_dragonfly_routing walks them on
+    every size, ECMP groups included)."""
     rules = to_controller_rules(view, "g2r1")
     outside = [h.ip for h in fabric.hosts if group_of_host(view, h.name) != 2]
     assert len(rules) == len(outside) * 2
     assert {(r.ipv4_dst, r.ip_proto) for r in rules} == {
         (ip, proto) for ip in outside for proto in (IP_PROTO_TCP, IP_PROTO_UDP)}
-    assert {(r.priority, r.in_port, r.actions, r.cookie, r.idle_timeout_s) for r in rules} == {
-        (PRIORITY_TO_CONTROLLER, view.host_at["g2r1h0"][1], (ToController(),), 0, 0)}
+    assert {(r.priority, r.in_port, r.cookie, r.idle_timeout_s) for r in rules} == {
+        (PRIORITY_TO_CONTROLLER, view.host_at["g2r1h0"][1], 0, 0)}
+    minimal = {flow.match.ipv4_dst: flow.actions
+               for flow in compute_dragonfly_rules(fabric, UGAL)["g2r1"].flows
+               if flow.priority == PRIORITY_MINIMAL}
+    for rule in rules:
+        assert rule.actions == (ToController(),) + minimal[rule.ipv4_dst]
+    # p=1: host port 1, local ports 2-3, global ports 4-5; g2r1 leaves its group by its own
+    # two global links, or by a local link to the router that owns one to the right group
+    assert {a for r in rules for a in r.actions[1:]} == {Output(port) for port in (2, 3, 4, 5)}
     # above the select group's rule (other protocols keep it), below the tagged rules
     assert PRIORITY_INGRESS < PRIORITY_TO_CONTROLLER < PRIORITY_PLACED_FLOW < PRIORITY_TAGGED
 
@@ -400,6 +413,18 @@ def test_a_placed_flow_gets_an_exact_rule_that_idles_out_and_reports_it(fabric, 
     assert rule == TransportRule(PRIORITY_PLACED_FLOW, 1, IP_PROTO_TCP, flow.ipv4_dst,
                                  placement.path.actions, flow.ipv4_src, flow.src_port,
                                  flow.dst_port, 2, placement.cookie)
+
+
+def test_a_packet_in_plan_installs_a_new_placement_once_and_never_resends_the_packet(
+        fabric, view):
+    """The catch rule has already forwarded the packet: the plan holds the new placement's
+    rule and nothing else, and a flow placed before gets an empty plan."""
+    placements = FlowPlacements(view)
+    flow = data_flow(fabric, ("g0r1h0", "g1r1h0"), 4)
+    placement, new = placements.place("g0r1", 1, flow)
+    assert placement_plan(placement, new) == [placement_rule(placement)]
+    again, new_again = placements.place("g0r1", 1, flow)
+    assert placement_plan(again, new_again) == []
 
 
 def test_the_controller_state_programs_placed_flows_only_under_ugal(fabric, view):
@@ -467,15 +492,22 @@ def test_a_placed_flow_rule_on_the_wire(dp, proto, src_field, dst_field):
     assert out.port == 6
 
 
-def test_a_to_controller_rule_on_the_wire_is_permanent_and_silent(dp, view):
-    (msg,) = openflow_messages(dp, to_controller_rules(view, "g0r0")[1])
+def test_a_to_controller_rule_on_the_wire_is_permanent_silent_and_forwards(dp, view):
+    """The whole packet goes to the controller (OFPCML_NO_BUFFER: nothing stays buffered
+    in the switch awaiting a packet-out) and out of the minimal port, in one apply-actions."""
+    rule = to_controller_rules(view, "g0r0")[1]
+    (msg,) = openflow_messages(dp, rule)
     back = read_back(dp, msg)
     assert (back.priority, back.cookie, back.idle_timeout, back.flags) == (
         PRIORITY_TO_CONTROLLER, 0, 0, 0)
     assert dict(back.match.items()) == {"in_port": 1, "eth_type": 0x0800,
                                         "ip_proto": IP_PROTO_UDP, "ipv4_dst": "10.1.0.2"}
-    (out,) = back.instructions[0].actions
-    assert (out.port, out.max_len) == (ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
+    (inst,) = back.instructions
+    assert inst.type == ofp.OFPIT_APPLY_ACTIONS
+    controller, out = inst.actions
+    assert (controller.port, controller.max_len) == (ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
+    # g0r0 owns the global link to group 1 (10.1.0.2 is g1r0h0)
+    assert rule.actions[1:] == (Output(4),) and out.port == 4
 
 
 def frame(*layers) -> packet.Packet:
@@ -523,10 +555,12 @@ class FakeEvent:
         self.msg = type("Msg", (), fields)()
 
 
-def test_the_app_places_a_first_packet_installs_its_rule_and_sends_it_on(fabric, view, caplog):
+def test_the_app_places_a_first_packet_installs_its_rule_and_never_sends_it(fabric, view,
+                                                                              caplog):
     """FabricApp's handlers on a fake connection: the first packet of a flow gets an
-    exact-match rule and a packet-out along the placed path; a second packet of the same
-    flow before its rule is in only a packet-out; the rule's removal forgets the flow."""
+    exact-match rule and no packet-out (the catch rule forwarded it); a second packet of the
+    same flow before its rule is in gets nothing; the rule's removal forgets the flow; a
+    port-less IP fragment caught by the rule gets nothing either."""
     app = FabricApp.__new__(FabricApp)  # its __init__ reads the environment of a real run
     app.state = FabricState(fabric, UGAL)
     app.logger = logging.getLogger("test_ugal")
@@ -540,18 +574,18 @@ def test_the_app_places_a_first_packet_installs_its_rule_and_sends_it_on(fabric,
         app.packet_in_handler(first_in)
         app.packet_in_handler(first_in)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    flow_mod, packet_out, second_out = dp.sent
+    (flow_mod,) = dp.sent
     (placement,) = app.state.placements.placed.values()
     assert isinstance(flow_mod, parser.OFPFlowMod)
     assert (flow_mod.cookie, flow_mod.idle_timeout) == (placement.cookie, 2)
     assert flow_mod.match["tcp_src"] == 50001 and flow_mod.match["ipv4_src"] == src.ip
-    for out in (packet_out, second_out):
-        assert isinstance(out, parser.OFPPacketOut)
-        assert out.in_port == 1 and out.data == syn.data
-        assert out.actions[-1].port == placement.path.port
+    assert flow_mod.instructions[0].actions[-1].port == placement.path.port
     app.flow_removed_handler(FakeEvent(cookie=placement.cookie))
     assert not app.state.placements.placed and not app.state.placements.on_link
     arp_like = frame()  # not IPv4: ARP and LLDP are other apps' business
-    app.packet_in_handler(FakeEvent(datapath=dp, data=arp_like.data, match={"in_port": 1},
-                                    buffer_id=ofp.OFP_NO_BUFFER))
-    assert len(dp.sent) == 3
+    fragment = frame(ipv4.ipv4(src=src.ip, dst=dst.ip, proto=IP_PROTO_TCP, offset=185))
+    for data in (arp_like.data, fragment.data):
+        app.packet_in_handler(FakeEvent(datapath=dp, data=data, match={"in_port": 1},
+                                        buffer_id=ofp.OFP_NO_BUFFER))
+    assert len(dp.sent) == 1 and not app.state.placements.placed
+    assert not [m for m in dp.sent if isinstance(m, parser.OFPPacketOut)]

@@ -4,8 +4,8 @@ switches (``python -m testbed.qos.pfc_agent PLAN WORKDIR``; started and stopped 
 
 Two threads, the two sides of ``testbed.qos.pfc_control``:
 
-- the **watcher** reads the backlog of every switch port's lossless queues from one netlink
-  dump of the root namespace's qdiscs every ``poll_s``; when a switch has a congested port
+- the **watcher** reads the backlog of every switch port's lossless queues every ``poll_s``,
+  asking rtnetlink for exactly those qdiscs in one batch of requests; when a switch has a congested port
   it sends real 802.1Qbb frames (``testbed.qos.pfc``, built with scapy) out of its other
   ports, on packet sockets that bypass the egress queue, as a MAC sends control frames;
 - the **listener** reads the frames that arrive on every interface that obeys pauses
@@ -67,8 +67,8 @@ PACKET_QDISC_BYPASS = 20
 CLONE_NEWNET = 0x40000000
 # rtnetlink
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_ECHO = 0x1, 0x8
+NLMSG_ERROR = 2
 TCA_STATS = 3
 NLMSG = struct.Struct("=IHHII")
 TCMSG = struct.Struct("=BBHiIII")
@@ -79,6 +79,7 @@ IDLE_WAKE_MS = 10
 SIOCGIFHWADDR = 0x8927
 REALTIME_PRIORITY = 10
 REALTIME_BUDGET_S = 0.5  # CPU time a real-time thread may use between two blocking calls
+REPLY_TIMEOUT_S = 1.0  # for rtnetlink's answers to the backlog requests
 SWITCH_INTERVAL_S = 0.0005  # let the listener in quickly while the watcher parses
 
 
@@ -87,40 +88,54 @@ def _align4(n: int) -> int:
 
 
 class QdiscBacklogs:
-    """Backlogs of chosen qdiscs from one rtnetlink dump (RTM_GETQDISC over every device of
-    this namespace), parsed only as far as the few fields needed."""
+    """Backlogs of chosen qdiscs (the lossless queues) from rtnetlink: one RTM_GETQDISC
+    request per queue, all in one message batch, answered one reply each; parsed only as far
+    as the backlog. (A dump of every qdisc in the namespace returned six times as many.)
+    NLM_F_ECHO asks for the reply: recent kernels answer a qdisc GET only to an echo request
+    or to listeners of the tc multicast group. A reply that never comes is an error after
+    ``REPLY_TIMEOUT_S``, not a silent hang."""
 
     def __init__(self, wanted: set[tuple[int, int]]):
-        self.wanted = wanted  # (ifindex, handle major)
+        self.wanted = sorted(wanted)  # (ifindex, handle major)
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
         self.sock.bind((0, 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self.sock.settimeout(REPLY_TIMEOUT_S)
         self.buf = bytearray(1 << 20)
         self.seq = 0
 
+    def _requests(self) -> tuple[bytes, dict[int, tuple[int, int]]]:
+        parts, by_seq = [], {}
+        for key in self.wanted:
+            self.seq = (self.seq + 1) & 0xFFFFFFFF
+            ifindex, major = key
+            parts.append(NLMSG.pack(NLMSG.size + TCMSG.size, RTM_GETQDISC,
+                                    NLM_F_REQUEST | NLM_F_ECHO, self.seq, 0)
+                         + TCMSG.pack(0, 0, 0, ifindex, major << 16, 0, 0))
+            by_seq[self.seq] = key
+        return b"".join(parts), by_seq
+
     def read(self) -> dict[tuple[int, int], int]:
-        self.seq += 1
-        req = NLMSG.pack(NLMSG.size + TCMSG.size, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
-                         self.seq, 0) + TCMSG.pack(0, 0, 0, 0, 0, 0, 0)
-        self.sock.send(req)
+        request, pending = self._requests()
+        self.sock.send(request)
         out: dict[tuple[int, int], int] = {}
-        while True:
+        while pending:
             n = self.sock.recv_into(self.buf)
             view = memoryview(self.buf)[:n]
             off = 0
             while off + NLMSG.size <= n:
                 length, mtype, _, seq, _ = NLMSG.unpack_from(view, off)
                 if length < NLMSG.size:
-                    return out
-                if mtype == NLMSG_DONE:
-                    return out
-                if mtype == NLMSG_ERROR:
-                    raise OSError("qdisc dump failed")
-                if mtype == RTM_NEWQDISC:
-                    _, _, _, ifindex, handle, _, _ = TCMSG.unpack_from(view, off + NLMSG.size)
-                    key = (ifindex, handle >> 16)
-                    if key in self.wanted:
-                        out[key] = self._backlog(view, off + NLMSG.size + TCMSG.size, off + length)
+                    break
+                key = pending.pop(seq, None)
+                if key is not None and mtype == RTM_NEWQDISC:
+                    out[key] = self._backlog(view, off + NLMSG.size + TCMSG.size, off + length)
+                elif key is not None and mtype == NLMSG_ERROR:
+                    err = ERRMSG.unpack_from(view, off + NLMSG.size)[0]
+                    raise OSError(-err, f"reading qdisc {key[1]:x}: on ifindex {key[0]}: "
+                                        f"{os.strerror(-err)}")
                 off += _align4(length)
+        return out
 
     @staticmethod
     def _backlog(view, start: int, end: int) -> int:

@@ -20,10 +20,11 @@ from testbed.topology.base import Fabric
 
 PLAN_FILE = "pfc-plan.json"
 LOG_FILE = "pfc-agent.log"
-# How often the agent reads the switches' lossless backlogs. Each read is one netlink dump
-# of every qdisc in the root namespace: on a k=4 fat-tree every 1 ms took 0.96 of a core
-# and starved ovs-vswitchd; every 2 ms takes 0.6. The PFC headroom covers the pause path's
-# reaction time (testbed.qos.scaling.DEFAULT_PFC_REACTION_TIME_S).
+# How often the agent reads the switches' lossless backlogs (one batch of netlink requests,
+# one per lossless queue). On a k=4 fat-tree under incast, every 1 ms took about a whole
+# core and starved ovs-vswitchd; every 2 ms takes about 0.6 (most of it the agent's own
+# Python, not the kernel). The PFC headroom covers the pause path's reaction time
+# (testbed.qos.scaling.DEFAULT_PFC_REACTION_TIME_S).
 DEFAULT_POLL_S = 0.002
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0

@@ -699,7 +699,7 @@ def test_backlog_without_stats_or_with_a_broken_attribute_is_zero():
 
 
 class FakeNetlink:
-    """Answers one dump request with the given chunks, as recv_into would."""
+    """Answers the batched requests with the given chunks, as recv_into would."""
 
     def __init__(self, chunks: list[bytes]):
         self.chunks = list(chunks)
@@ -718,23 +718,51 @@ class FakeNetlink:
 def qdisc_message(ifindex: int, major: int, backlog: int, seq: int) -> bytes:
     body = (struct.pack("=BBHiIII", 0, 0, 0, ifindex, major << 16, 0, 0)
             + rtattr(TCA_KIND, b"tbf\0") + rtattr(TCA_STATS, tc_stats(backlog)))
-    return struct.pack("=IHHII", 16 + len(body), RTM_NEWQDISC, 2, seq, 0) + body
+    return struct.pack("=IHHII", 16 + len(body), RTM_NEWQDISC, 0, seq, 0) + body
 
 
-def test_qdisc_dump_keeps_only_the_wanted_queues():
+def error_message(seq: int, errno_value: int) -> bytes:
+    return struct.pack("=IHHII", 20, 2, 0, seq, 0) + struct.pack("=i", -errno_value)
+
+
+def backlogs_with(wanted, chunks) -> QdiscBacklogs:
     backlogs = QdiscBacklogs.__new__(QdiscBacklogs)  # no netlink socket in a unit test
-    backlogs.wanted = {(4, 0x23), (5, 0x23)}
+    backlogs.wanted = sorted(wanted)
     backlogs.buf = bytearray(1 << 16)
     backlogs.seq = 0
-    done = struct.pack("=IHHII", 20, 3, 2, 1, 0) + bytes(4)  # NLMSG_DONE
-    backlogs.sock = FakeNetlink([
-        qdisc_message(4, 0x23, 3000, 1) + qdisc_message(4, 0x20, 9999, 1),
-        qdisc_message(5, 0x23, 0, 1) + qdisc_message(6, 0x23, 8888, 1) + done,
+    backlogs.sock = FakeNetlink(chunks)
+    return backlogs
+
+
+def test_backlogs_ask_for_exactly_the_wanted_queues_and_match_replies_by_sequence():
+    # requests go out in (ifindex, major) order with seq 1, 2; replies may come in any order
+    # and split over reads
+    backlogs = backlogs_with({(5, 0x23), (4, 0x23)}, [
+        qdisc_message(5, 0x23, 0, 2),
+        qdisc_message(4, 0x23, 3000, 1),
     ])
     assert backlogs.read() == {(4, 0x23): 3000, (5, 0x23): 0}
-    [request] = backlogs.sock.sent
-    length, mtype, flags, seq, _ = struct.unpack_from("=IHHII", request, 0)
-    assert (length, mtype, flags, seq) == (len(request), 38, 0x301, 1)  # RTM_GETQDISC dump
+    [batch] = backlogs.sock.sent
+    asked = []
+    off = 0
+    while off < len(batch):
+        length, mtype, flags, seq, _ = struct.unpack_from("=IHHII", batch, off)
+        _, _, _, ifindex, handle, parent, _ = struct.unpack_from("=BBHiIII", batch, off + 16)
+        assert (mtype, flags, parent) == (38, 0x1 | 0x8, 0)  # RTM_GETQDISC, request + echo
+        asked.append((seq, ifindex, handle >> 16))
+        off += length
+    assert asked == [(1, 4, 0x23), (2, 5, 0x23)]
+    # the next read numbers its requests on
+    backlogs.sock.chunks = [qdisc_message(4, 0x23, 10, 3) + qdisc_message(5, 0x23, 20, 4)]
+    assert backlogs.read() == {(4, 0x23): 10, (5, 0x23): 20}
+
+
+def test_a_missing_queue_is_an_error_naming_it():
+    import errno
+
+    backlogs = backlogs_with({(4, 0x23)}, [error_message(1, errno.ENOENT)])
+    with pytest.raises(OSError, match="reading qdisc 23: on ifindex 4"):
+        backlogs.read()
 
 
 def test_quantiles():

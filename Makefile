@@ -8,7 +8,7 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail test test-unit test-integration bench dctcp incast pfc-demo doctor clean topo
+.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration bench dctcp incast pfc-demo doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -41,6 +41,9 @@ run-nvswitch: install  ## ring AllReduce over NVSwitch-like nodes on a spine-lea
 
 run-rail: install  ## ring AllReduce over rail-optimised NVSwitch-like nodes (root)
 	$(TESTBED) run scenarios/rail-allreduce.yaml
+
+run-anycast: install  ## anycast failover on a k=4 fat-tree: cut the nearest replica's link, measure the move (root)
+	$(TESTBED) run scenarios/fattree-anycast-failover.yaml
 
 test: install  ## unit tests, then root integration tests on real namespaces
 	$(PYTEST) tests/unit -q

@@ -22,8 +22,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from controllers.anycast import anycast_routes, replica_for_hosts
 from controllers.fabric_state import AnycastService
-from testbed.errors import TestbedError
+from testbed.errors import ConfigError, TestbedError
 from testbed.fabric import FabricNetwork
 from testbed.failover import set_link
 
@@ -53,6 +54,26 @@ class AnycastCut:
 # k=4 fat-tree: p0e1h0 shares pod 0 with p0e0h0, so it is nearer to it than to p3e1h1.
 FAT_TREE_K4 = AnycastCut(AnycastService("10.255.0.1", ("p0e0h0", "p3e1h1")),
                          client="p0e1h0", near="p0e0h0", far="p3e1h1", interface="p0e0-eth1")
+
+
+def anycast_cut(fabric, service: AnycastService, client: str, routing: str) -> AnycastCut:
+    """The cut that moves ``client`` off its nearest replica: that replica's own link (at its
+    switch), and the replica the client should reach instead (the nearest of the others)."""
+    hosts = {h.name for h in fabric.hosts}
+    if client not in hosts or client in service.replicas:
+        raise ConfigError("anycast_failover", f"must be a host that is not a replica, got "
+                                              f"{client!r}")
+    if len(service.replicas) < 2:
+        raise ConfigError("anycast_failover", "needs at least two replicas, one to cut and "
+                                              "one to move to")
+
+    def nearest(replicas) -> str:
+        routes = anycast_routes(fabric, service.service_ip, list(replicas), mode=routing)
+        return replica_for_hosts(fabric, routes, list(replicas))[client]
+    near = nearest(service.replicas)
+    far = nearest([r for r in service.replicas if r != near])
+    link, end = fabric.host_link(near)
+    return AnycastCut(service, client=client, near=near, far=far, interface=link.intf(1 - end))
 
 
 @dataclass

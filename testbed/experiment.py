@@ -70,6 +70,8 @@ class RunConfig:
     seed: int = 1
     results_dir: str = "results"
     anycast: dict | None = None  # {"service_ip": ..., "replicas": [...]}: controllers.anycast
+    anycast_failover: str | None = None  # a client: its nearest replica's link is cut and
+    #                                      restored before the workload (testbed.anycast_failover)
     ecn: dict | None = None  # switch-port ECN marking: testbed.qos.settings
     tcp_ecn: bool = False  # hosts ask for ECN
     tcp_cc: str | None = None  # hosts' congestion control, or "auto"
@@ -101,6 +103,12 @@ class RunConfig:
             problem = anycast_problem(fabric, self.anycast, self.routing)
             if problem:
                 raise ConfigError("anycast", problem)
+        if self.anycast_failover is not None:
+            if self.anycast is None:
+                raise ConfigError("anycast_failover", "needs an anycast service to fail over")
+            from testbed.anycast_failover import anycast_cut
+            anycast_cut(fabric, AnycastService.from_dict(self.anycast), self.anycast_failover,
+                        self.routing)
         check_tcp(self.tcp_ecn, self.tcp_cc)
         self.ecn_settings()
 
@@ -203,6 +211,8 @@ def run_experiment(config: RunConfig, log=print) -> dict:
             if config.anycast is not None:
                 summary["anycast"] = start_anycast(
                     net, AnycastService.from_dict(config.anycast), config.routing, log)
+            if config.anycast_failover is not None:
+                summary["anycast"]["failover"] = anycast_failover(net, config, log)
             with ecn_monitoring(net.marking, ecn, summary):
                 summary["workload"] = run_allreduce(net, config, workdir, log)
         summary["fabric_timings_s"] = asdict(net.timings)
@@ -250,6 +260,23 @@ def start_anycast(net: FabricNetwork, service: AnycastService, routing: str, log
     routes = anycast_routes(net.fabric, service.service_ip, service.replicas, mode=routing)
     return {**service.to_dict(), "hosts_reaching": len(answered),
             "replica_for_host": replica_for_hosts(net.fabric, routes, service.replicas)}
+
+
+def anycast_failover(net: FabricNetwork, config: RunConfig, log=print) -> dict:
+    """Cut the link of the client's nearest replica while it probes the service, restore
+    it, and report how fast the client moved away and back (testbed.anycast_failover)."""
+    from testbed.anycast_failover import anycast_cut, cut_and_repair
+
+    cut = anycast_cut(net.fabric, AnycastService.from_dict(config.anycast),
+                      config.anycast_failover, config.routing)
+    log(f"anycast failover: {cut.client} probes {cut.service.service_ip} every "
+        f"{cut.interval_s * 1000:g} ms; {cut.near}'s link {cut.interface} goes down at "
+        f"{cut.down_at_s:g} s and back at {cut.up_at_s:g} s")
+    result = cut_and_repair(net, cut)
+    log(f"anycast failover: served by {result.far} {result.to_far_s * 1000:.0f} ms after the "
+        f"cut ({result.requests_lost} requests lost), back on {result.near} "
+        f"{result.back_to_near_s * 1000:.0f} ms after the repair")
+    return result.to_dict()
 
 
 def openflow_summary(workdir: Path, fabric, window_monotonic_s: list[float]) -> dict:

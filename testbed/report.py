@@ -192,6 +192,7 @@ def format_summary(summary: dict) -> str:
         ("fidelity", f"{'TRUSTWORTHY' if f['trustworthy'] else 'NOT TRUSTWORTHY'}: "
                      f"{'; '.join(f['reasons'])}"),
         *(("note", note) for note in f.get("notes", [])),
+        *anycast_rows(summary),
         *ecn_rows(summary),
         ("results", summary["results_dir"]),
     ]
@@ -202,6 +203,19 @@ def format_summary(summary: dict) -> str:
 def _mean_used(util: dict) -> float:
     used = [v for v in util.values() if v > 0.01]
     return sum(used) / len(used) if used else 0.0
+
+
+def anycast_rows(summary: dict) -> list[tuple[str, str]]:
+    """A summary row for an anycast failover (testbed.anycast_failover), where one ran."""
+    failover = (summary.get("anycast") or {}).get("failover")
+    if not failover:
+        return []
+    return [("anycast failover",
+             f"{failover['client']} served by {failover['far']} "
+             f"{failover['to_far_s'] * 1000:.0f} ms after {failover['near']}'s link "
+             f"{failover['interface']} went down ({failover['requests_lost']} requests lost), "
+             f"back on {failover['near']} {failover['back_to_near_s'] * 1000:.0f} ms after "
+             f"it returned")]
 
 
 def ecn_rows(summary: dict) -> list[tuple[str, str]]:

@@ -116,3 +116,35 @@ def test_probe_output_is_one_answer_per_line():
     out = ('{"t_monotonic_s": 1.5, "seq": 0, "replica": "p0e0h0"}\n'
            '{"t_monotonic_s": 1.51, "seq": 1, "replica": "p0e0h0"}\n\n')
     assert [a["seq"] for a in parse_answers(out)] == [0, 1]
+
+
+def test_the_cut_moves_a_client_off_its_nearest_replica_to_the_next_nearest():
+    from controllers.fabric_state import AnycastService
+    from testbed.anycast_failover import FAT_TREE_K4, anycast_cut
+    from testbed.errors import ConfigError
+    from testbed.topology.fattree import fat_tree
+
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    service = AnycastService("10.255.0.1", ("p0e0h0", "p3e1h1"))
+    assert anycast_cut(fabric, service, "p0e1h0", "ecmp") == FAT_TREE_K4
+    # a client in p3e1h1's pod is cut off that one and falls back to p0e0h0
+    other = anycast_cut(fabric, service, "p3e0h0", "ecmp")
+    assert (other.near, other.far, other.interface) == ("p3e1h1", "p0e0h0", "p3e1-eth2")  # h1: port 2
+    three = AnycastService("10.255.0.1", ("p0e0h0", "p0e1h1", "p3e1h1"))
+    assert anycast_cut(fabric, three, "p0e0h1", "ecmp").far == "p0e1h1"  # same pod first
+    for client in ("p0e0h0", "nohost"):
+        with pytest.raises(ConfigError, match="anycast_failover"):
+            anycast_cut(fabric, service, client, "ecmp")
+    with pytest.raises(ConfigError, match="two replicas"):
+        anycast_cut(fabric, AnycastService("10.255.0.1", ("p0e0h0",)), "p0e1h0", "ecmp")
+
+
+def test_the_run_summary_names_the_failover():
+    from testbed.report import anycast_rows
+
+    assert anycast_rows({}) == [] and anycast_rows({"anycast": {"replicas": []}}) == []
+    [(label, text)] = anycast_rows({"anycast": {"failover": {
+        "client": "p0e1h0", "far": "p3e1h1", "near": "p0e0h0", "interface": "p0e0-eth1",
+        "to_far_s": 0.061, "back_to_near_s": 0.073, "requests_lost": 8}}})
+    assert label == "anycast failover"
+    assert "61 ms" in text and "73 ms" in text and "8 requests lost" in text

@@ -4,44 +4,44 @@ what it finds (controllers.wiring) to TESTBED_WIRING_JSONL; unset, the app does 
 Every switch sends LLDP frames to the controller (the rule of controllers.forwarding, part of
 every table the fabric app programs; no rule forwards one). This app keeps each connected
 switch's ports as its port list and port statuses report them, and runs a check whenever
-something changes (controllers.wiring.CheckSchedule): a few rounds of one LLDP packet-out per
-up port of every connected switch, except the ports that face hosts (they send nothing), then,
-after a deadline, a verdict per port from the frames that came back. Every verdict goes to the
-report file; a miswired port is also logged as an error, any other problem as a warning.
+something changes, and again every TESTBED_WIRING_RECHECK_INTERVAL_S seconds after the last
+verdict (controllers.wiring.CheckSchedule): a few rounds of one LLDP packet-out per up port of
+every connected switch, except the ports that face hosts (they send nothing), then, after a
+deadline, a verdict per port from the frames that came back. Every verdict goes to the report
+file; a miswired port is also logged as an error, any other problem as a warning. A periodic
+check whose verdicts are all as before writes one line, and logs none above debug.
 
 A switch counts as programmed, and so able to pass LLDP up, once the first barrier on its
 connection is answered: the fabric app ends the program of a connecting switch with one (and
 this app sends no barrier of its own). Its becoming programmed starts the check again.
 
-os-ken 4.2 runs apps on native threads (os_ken.lib.hub with OSKEN_HUB_TYPE=native): the event
-handlers run on this app's event thread, the rounds and the verdicts on a thread of its own,
-so the two share the switches' state and the report file under a lock.
+The event handlers run on this app's event thread, the rounds and the verdicts on a thread of
+its own (controllers.poller), so the two share the switches' state and the report file under
+a lock.
 """
 from __future__ import annotations
 
 import json
-import threading
 import time
 
-from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
                                        set_ev_cls)
-from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from controllers.config import ControllerConfig
 from controllers.fabric_app import port_up
 from controllers.guard import survives
-from controllers.wiring import (MISWIRED, OK, CheckSchedule, End, expected_neighbours, judge,
-                                lldp_frame, lldp_ports, parse_lldp, report_records,
-                                status_counts)
+from controllers.poller import PollingApp
+from controllers.wiring import (CHANGE, MISWIRED, OK, PERIODIC, CheckSchedule, End,
+                                PortVerdict, expected_neighbours, judge, lldp_frame, lldp_ports,
+                                parse_lldp, report_records, same_verdicts_as, status_counts)
 from testbed.topology.base import Fabric
 
 TICK_S = 0.05  # how often the check thread looks whether a round or a verdict is due
 
 
-class LldpApp(app_manager.OSKenApp):
+class LldpApp(PollingApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
     def __init__(self, *args, **kwargs):
@@ -58,33 +58,29 @@ class LldpApp(app_manager.OSKenApp):
         self.ports: dict[str, dict[int, bool]] = {}  # switch -> port -> up, as reported
         self.macs: dict[End, str] = {}  # a port's own MAC: the source of its LLDP frames
         self.received: dict[End, tuple[int, int]] = {}  # port -> the (dpid, port) it heard
-        self.schedule = CheckSchedule()
+        self.schedule = CheckSchedule(recheck_interval_s=config.wiring_recheck_interval_s)
         self.checks = 0
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
+        # (check, verdicts) of the last check that wrote its port records
+        self.written: tuple[int, list[PortVerdict]] | None = None
+        self.poll_interval_s = TICK_S
 
-    def start(self):
-        super().start()
-        if self.out:
-            self.threads.append(hub.spawn(self.check_loop))
-            self.logger.info("checking the wiring of %d switch ports with LLDP",
-                             len(self.expected))
-
-    def stop(self):
-        self.stopping.set()
-        super().stop()
-
-    def close(self):
-        if self.out:
-            with self.lock:
-                self.out.close()
+    def poll_description(self) -> str:
+        interval_s = self.schedule.recheck_interval_s
+        return (f"checking the wiring of {len(self.expected)} switch ports with LLDP, "
+                + (f"and again every {interval_s:g} s" if interval_s > 0
+                   else "only when something changes"))
 
     # --- what the switches report ------------------------------------------------------------
 
-    def changed(self) -> None:
-        """Something the check depends on changed: start it again from scratch (under lock)."""
+    def start_check(self, now: float, trigger: str) -> None:
+        """Start a check from scratch (under lock): frames received before may describe the
+        cabling as it was."""
         self.received.clear()
-        self.schedule.start(time.monotonic())
+        self.schedule.start(now, trigger)
+
+    def changed(self) -> None:
+        """Something the check depends on changed: start it again (under lock)."""
+        self.start_check(time.monotonic(), CHANGE)
 
     def current(self, dp) -> str | None:
         """The switch name of connection ``dp`` while it is that switch's current one."""
@@ -181,16 +177,19 @@ class LldpApp(app_manager.OSKenApp):
 
     # --- the check -----------------------------------------------------------------------
 
-    def check_loop(self):
-        while not self.stopping.wait(TICK_S):
-            try:
-                self.tick(time.monotonic())
-            except Exception:  # as controllers.guard does for handlers: log, keep checking
-                self.logger.exception("wiring check failed; carrying on")
+    def poll(self) -> None:
+        try:
+            self.tick(time.monotonic())
+        except Exception:  # as controllers.guard does for handlers: log, keep checking
+            self.logger.exception("wiring check failed; carrying on")
 
     def tick(self, now: float) -> None:
-        """Send the round or judge the check that is due at ``now``, if any."""
+        """Start the periodic check, send the round or judge the check that is due at
+        ``now``, if any."""
         with self.lock:
+            if self.schedule.recheck_due(now):
+                self.start_check(now, PERIODIC)
+                return
             if self.schedule.round_due(now):
                 self.schedule.round_sent()
                 sends = self.round_messages()
@@ -216,18 +215,28 @@ class LldpApp(app_manager.OSKenApp):
         return sends
 
     def write_check(self, now: float) -> None:
-        """Judge the check, write its report and log what is wrong (under lock)."""
+        """Judge the check, write its report and log what is wrong (under lock); a periodic
+        check that finds nothing new is one line, and logged at debug level only."""
         self.checks += 1
         verdicts = judge(self.expected, self.ports, self.received, self.names)
-        records = report_records(self.checks, self.schedule.started_s, now, verdicts)
-        self.schedule.judged()
+        trigger = self.schedule.trigger
+        same_as = same_verdicts_as(trigger, verdicts, self.written)
+        records = report_records(self.checks, self.schedule.started_s, now, verdicts, trigger,
+                                 same_as)
+        self.schedule.judged(now)
+        if same_as is None:
+            self.written = (self.checks, verdicts)
         if not self.out.closed:
             self.out.writelines(json.dumps(record) + "\n" for record in records)
+        counts = ", ".join(f"{n} {status}" for status, n in status_counts(verdicts).items() if n)
+        if same_as is not None:
+            self.logger.debug("wiring check %d (%s): as check %d: %s", self.checks, trigger,
+                              same_as, counts)
+            return
         wrong = [v for v in verdicts if v.status != OK]
         for verdict in wrong:
             (self.logger.error if verdict.status == MISWIRED else self.logger.warning)(
                 "WIRING %s", verdict.describe())
-        counts = ", ".join(f"{n} {status}" for status, n in status_counts(verdicts).items() if n)
         (self.logger.error if wrong else self.logger.info)(
-            "wiring check %d: %s (%d ports, %d switches connected)", self.checks, counts,
-            len(verdicts), len(self.connections))
+            "wiring check %d (%s): %s (%d ports, %d switches connected)", self.checks, trigger,
+            counts, len(verdicts), len(self.connections))

@@ -10,25 +10,22 @@ At the start of each round the latest sample of every port goes to the other app
 Polling is off when TESTBED_PORT_STATS_JSONL is unset, except under UGAL routing, which
 needs the counters (it then polls without writing them).
 
-os-ken 4.2 runs apps on native threads (os_ken.lib.hub with OSKEN_HUB_TYPE=native): the
-reply handler runs on this app's event thread, the poll loop on its own, so the two share
-the latest samples and the file under a lock.
+The reply handler runs on this app's event thread, the poll rounds on a thread of its own
+(controllers.poller), so the two share the latest samples and the file under a lock.
 """
 from __future__ import annotations
 
-import threading
 import time
 
-from os_ken.base import app_manager
 from os_ken.controller import event, ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from controllers.config import ControllerConfig
 from controllers.dragonfly_routing import UGAL
 from controllers.fabric_state import link_ends
 from controllers.guard import survives
+from controllers.poller import PollingApp
 from testbed.openflow_stats import PortSample
 from testbed.topology.base import Fabric
 
@@ -42,7 +39,7 @@ class EventPortStatsRound(event.EventBase):
         self.samples = samples
 
 
-class PortStatsApp(app_manager.OSKenApp):
+class PortStatsApp(PollingApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _EVENTS = [EventPortStatsRound]
 
@@ -52,42 +49,32 @@ class PortStatsApp(app_manager.OSKenApp):
         fabric = Fabric.load_json(config.fabric_path)
         self.names = {s.dpid: s.name for s in fabric.switches}
         self.ends = set(link_ends(fabric))  # the bridge's own port (LOCAL) is left out
-        self.interval_s = config.port_stats_interval_s
+        self.poll_interval_s = config.port_stats_interval_s
         self.out = open(config.port_stats_path, "a") if config.port_stats_path else None
         self.enabled = self.out is not None or config.routing == UGAL
         self.datapaths: dict[int, object] = {}
         self.latest: dict = {}
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
 
-    def start(self):
-        super().start()
-        if self.enabled:
-            self.threads.append(hub.spawn(self.poll_loop))
-            self.logger.info("polling port counters every %.3f s%s", self.interval_s,
-                             "" if self.out else " (not written: no file given)")
+    def polling(self) -> bool:
+        return self.enabled
 
-    def stop(self):
-        self.stopping.set()
-        super().stop()
+    def poll_description(self) -> str:
+        return (f"polling port counters every {self.poll_interval_s:.3f} s"
+                + ("" if self.out else " (not written: no file given)"))
 
-    def close(self):
-        if self.out:
-            with self.lock:
-                self.out.close()
-
-    def poll_loop(self):
-        while not self.stopping.wait(self.interval_s):
-            with self.lock:
-                if self.out:
-                    self.out.flush()
-                samples = dict(self.latest)
-                datapaths = list(self.datapaths.values())
-            if samples:
-                self.send_event_to_observers(EventPortStatsRound(samples))
-            for dp in datapaths:
-                ofp, parser = dp.ofproto, dp.ofproto_parser
-                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+    def poll(self) -> None:
+        """One round: flush the last round's samples, hand them to the other apps, and ask
+        every switch for its counters."""
+        with self.lock:
+            if self.out:
+                self.out.flush()
+            samples = dict(self.latest)
+            datapaths = list(self.datapaths.values())
+        if samples:
+            self.send_event_to_observers(EventPortStatsRound(samples))
+        for dp in datapaths:
+            ofp, parser = dp.ofproto, dp.ofproto_parser
+            dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     @survives

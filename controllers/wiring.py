@@ -27,11 +27,17 @@ removed, up or down) starts it again, since frames received before the change ma
 the cabling before it; it sends LLDP rounds at ``ROUND_DELAYS_S`` after its start, and is
 judged ``DEADLINE_AFTER_LAST_ROUND_S`` after the last one. With the defaults a verdict comes
 once the fabric has been quiet for 2.5 s, and a fabric coming up (hundreds of changes a
-second) gets no LLDP until it has been quiet for 0.5 s.
+second) gets no LLDP until it has been quiet for 0.5 s. A cable moved between two ports that
+stay up changes nothing a switch reports, so a periodic check also starts
+``RECHECK_INTERVAL_S`` after the last verdict (0: never); the first one waits for a first
+verdict, which the switches' connecting brings. Each check records its ``trigger``:
+``change`` or ``periodic``.
 
 The report file holds JSON lines: one ``wiring_port`` record per port, then one
 ``wiring_check`` record with the counts, written last, so a reader that sees it knows the
-check is complete (``wiring_checks`` reads them back).
+check is complete (``wiring_checks`` reads them back). A periodic check that finds every
+verdict as the last check did writes its ``wiring_check`` record alone, naming in
+``same_verdicts_as`` the check whose port records hold them: one line per quiet check.
 """
 from __future__ import annotations
 
@@ -51,6 +57,8 @@ OK, MISWIRED, MISSING, DOWN, ABSENT, UNEXPECTED = (
     "ok", "miswired", "missing", "down", "absent", "unexpected")
 STATUSES = (OK, MISWIRED, MISSING, DOWN, ABSENT, UNEXPECTED)
 PORT_EVENT, CHECK_EVENT = "wiring_port", "wiring_check"
+CHANGE, PERIODIC = "change", "periodic"  # what started a check: its ``trigger``
+SAME_AS = "same_verdicts_as"  # a check record's field: the check whose port records it shares
 
 # os-ken's own chassis id format (os_ken.topology.switches.LLDPPacket): "dpid:" + 16 hex digits.
 CHASSIS_ID_PREFIX = "dpid:"
@@ -58,6 +66,7 @@ DPID_HEX_DIGITS = 16
 LLDP_TTL_S = 10  # how long a receiver may trust a frame: every check sends fresh ones
 ROUND_DELAYS_S = (0.5, 1.5)  # LLDP rounds, after a check (re)starts
 DEADLINE_AFTER_LAST_ROUND_S = 1.0  # a port with no LLDP by then is missing its neighbour
+RECHECK_INTERVAL_S = 10.0  # a periodic check this long after the last verdict (0: none)
 
 
 @dataclass(frozen=True)
@@ -234,17 +243,24 @@ def status_counts(verdicts: Iterable[PortVerdict]) -> dict[str, int]:
 
 @dataclass
 class CheckSchedule:
-    """When the running check sends its LLDP rounds and when it is judged (module docstring).
-    Times are CLOCK_MONOTONIC seconds; ``started_s`` is None while no check runs."""
+    """When the running check sends its LLDP rounds and when it is judged, and when the next
+    periodic check starts (module docstring). Times are CLOCK_MONOTONIC seconds; ``started_s``
+    is None while no check runs, ``judged_s`` until the first verdict; ``trigger`` is what
+    started the running (or the last) check, CHANGE or PERIODIC."""
 
     round_delays_s: tuple[float, ...] = ROUND_DELAYS_S
     deadline_s: float = DEADLINE_AFTER_LAST_ROUND_S
+    recheck_interval_s: float = RECHECK_INTERVAL_S  # 0: no periodic check
     started_s: float | None = None
+    trigger: str | None = None
     rounds_sent: int = 0
+    judged_s: float | None = None
 
-    def start(self, now_s: float) -> None:
-        """Start the check, or start it again: something changed."""
+    def start(self, now_s: float, trigger: str = CHANGE) -> None:
+        """Start a check, or start it again: something changed (CHANGE), or a periodic check
+        is due (PERIODIC)."""
         self.started_s = now_s
+        self.trigger = trigger
         self.rounds_sent = 0
 
     def round_due(self, now_s: float) -> bool:
@@ -258,38 +274,75 @@ class CheckSchedule:
         return (self.started_s is not None and self.rounds_sent == len(self.round_delays_s)
                 and now_s >= self.started_s + self.round_delays_s[-1] + self.deadline_s)
 
-    def judged(self) -> None:
+    def judged(self, now_s: float) -> None:
         self.started_s = None
+        self.judged_s = now_s
+
+    def recheck_due(self, now_s: float) -> bool:
+        """A periodic check should start: periodic checks are on, no check runs, and the last
+        verdict is ``recheck_interval_s`` old (before any verdict, none is due)."""
+        return (self.recheck_interval_s > 0 and self.started_s is None
+                and self.judged_s is not None
+                and now_s >= self.judged_s + self.recheck_interval_s)
 
 
 # --- the report ------------------------------------------------------------------------------
 
-def report_records(check: int, started_s: float, t_s: float,
-                   verdicts: list[PortVerdict]) -> list[dict]:
-    """The report lines of one check: a record per port, then the check's own record."""
+def same_verdicts_as(trigger: str, verdicts: list[PortVerdict],
+                     written: tuple[int, list[PortVerdict]] | None) -> int | None:
+    """The check whose port records a check may name instead of writing its own, or None.
+    ``written`` is (check, verdicts) of the last check that wrote port records (None: none
+    yet). Only a periodic check refers back: a check a change started is written in full."""
+    if trigger != PERIODIC or written is None:
+        return None
+    check, previous = written
+    return check if previous == verdicts else None
+
+
+def report_records(check: int, started_s: float, t_s: float, verdicts: list[PortVerdict],
+                   trigger: str, same_as: int | None = None) -> list[dict]:
+    """The report lines of one check: a record per port, then the check's own record; only
+    the check's own record when ``same_as`` names a check whose port records hold the same
+    verdicts (``same_verdicts_as``)."""
     common = {"t_monotonic_s": t_s, "check": check}
-    return ([{**common, "event": PORT_EVENT, **v.to_dict()} for v in verdicts]
-            + [{**common, "event": CHECK_EVENT, "started_monotonic_s": started_s,
-                "ports_checked": len(verdicts), **status_counts(verdicts)}])
+    closing = {**common, "event": CHECK_EVENT, "trigger": trigger,
+               "started_monotonic_s": started_s, "ports_checked": len(verdicts),
+               **status_counts(verdicts)}
+    if same_as is not None:
+        return [{**closing, SAME_AS: same_as}]
+    return [{**common, "event": PORT_EVENT, **v.to_dict()} for v in verdicts] + [closing]
 
 
 def wiring_checks(records: Iterable[dict]) -> list[dict]:
     """The complete checks in a report's records (JSON lines read back), oldest first: each
-    its ``wiring_check`` record with ``verdicts``, its port records, added. A check whose
-    closing record is missing (the controller stopped mid-report) is left out."""
-    ports: dict[int, list[dict]] = {}
+    its ``wiring_check`` record with ``verdicts``, its port records, added; a check that
+    names another in ``same_verdicts_as`` gets that one's, as its own port records would
+    have been. A check whose closing record is missing (the controller stopped mid-report) is
+    left out, as is one naming a check not in the records. Records written before checks had
+    a ``trigger`` read as started by a change."""
+    ports: dict[int, list[dict]] = {}  # port records of checks not closed yet
+    written: dict[int, list[dict]] = {}  # check -> its port records (the latest by that number)
     checks = []
     for record in records:
         if record.get("event") == PORT_EVENT:
             ports.setdefault(record["check"], []).append(record)
-        elif record.get("event") == CHECK_EVENT:
-            checks.append({**record, "verdicts": ports.pop(record["check"], [])})
+        elif record.get("event") != CHECK_EVENT:
+            continue
+        elif SAME_AS in record:
+            if record[SAME_AS] not in written:
+                continue
+            own = {"t_monotonic_s": record["t_monotonic_s"], "check": record["check"]}
+            checks.append({"trigger": CHANGE, **record,
+                           "verdicts": [{**v, **own} for v in written[record[SAME_AS]]]})
+        else:
+            written[record["check"]] = ports.pop(record["check"], [])
+            checks.append({"trigger": CHANGE, **record, "verdicts": written[record["check"]]})
     return checks
 
 
 def wiring_summary(records: Iterable[dict]) -> dict | None:
-    """The latest complete check, for a run's summary: its counts and a line per port that
-    is not ok; None when no check completed."""
+    """The latest complete check, for a run's summary: its counts, what started it and a line
+    per port that is not ok; None when no check completed."""
     checks = wiring_checks(records)
     if not checks:
         return None
@@ -298,5 +351,6 @@ def wiring_summary(records: Iterable[dict]) -> dict | None:
                             Peer(**v["expected"]) if v["expected"] else None,
                             Peer(**v["seen"]) if v["seen"] else None).describe()
                 for v in latest["verdicts"] if v["status"] != OK]
-    return {"check": latest["check"], "checks": len(checks), "ports_checked":
-            latest["ports_checked"], **{s: latest[s] for s in STATUSES}, "problems": problems}
+    return {"check": latest["check"], "checks": len(checks), "trigger": latest["trigger"],
+            "ports_checked": latest["ports_checked"], **{s: latest[s] for s in STATUSES},
+            "problems": problems}

@@ -2,7 +2,8 @@
 and read back with os-ken's packet classes, verdicts on cabling simulated from the
 description (intact, a swapped pair, a silent link, a port down, a switch gone), when checks
 send and judge, the report read back, the tables that keep LLDP away from the fabric's
-forwarding, and the os-ken app itself fed OpenFlow messages by simulated switches."""
+forwarding, and the os-ken app itself fed OpenFlow messages by simulated switches, with its
+periodic re-check catching a swap no switch reports and writing quiet checks as one line."""
 from __future__ import annotations
 
 import json
@@ -16,14 +17,16 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from os_ken.topology.switches import LLDPPacket
 
-from controllers.config import ENV_FABRIC, ENV_WIRING
+from controllers.config import (DEFAULT_WIRING_RECHECK_INTERVAL_S, ENV_FABRIC, ENV_WIRING,
+                                ENV_WIRING_RECHECK_INTERVAL, ControllerConfig)
 from controllers.fabric_state import FabricState
 from controllers.forwarding import (ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_LLDP, PRIORITY_LLDP,
                                     FlowMatch, ToController)
-from controllers.wiring import (ABSENT, DOWN, MISSING, MISWIRED, OK, STATUSES, UNEXPECTED,
-                                CheckSchedule, Peer, PortVerdict, expected_neighbours, judge,
-                                lldp_frame, lldp_ports, parse_lldp, report_records,
-                                status_counts, wiring_checks, wiring_summary)
+from controllers.wiring import (ABSENT, CHANGE, DOWN, MISSING, MISWIRED, OK, PERIODIC,
+                                RECHECK_INTERVAL_S, STATUSES, UNEXPECTED, CheckSchedule, Peer,
+                                PortVerdict, expected_neighbours, judge, lldp_frame, lldp_ports,
+                                parse_lldp, report_records, same_verdicts_as, status_counts,
+                                wiring_checks, wiring_summary)
 from fabric_walk import port_ends
 from testbed.topology import BUILDERS, build
 from testbed.topology.fattree import fat_tree
@@ -308,8 +311,38 @@ def test_a_check_sends_its_rounds_then_judges_and_a_change_starts_it_again():
     schedule.round_sent()
     schedule.round_sent()
     assert schedule.judge_due(13.95)
-    schedule.judged()
+    schedule.judged(13.95)
     assert not schedule.judge_due(20.0) and not schedule.round_due(20.0)
+    assert schedule.trigger == CHANGE
+
+
+def test_a_periodic_check_starts_an_interval_after_the_last_verdict():
+    schedule = CheckSchedule(round_delays_s=(0.0, 1.0), deadline_s=1.0, recheck_interval_s=5.0)
+    assert not schedule.recheck_due(1000.0)  # no verdict yet: the switches' connecting brings one
+    schedule.start(10.0)
+    assert not schedule.recheck_due(1000.0)  # a check runs
+    schedule.round_sent()
+    schedule.round_sent()
+    schedule.judged(12.0)
+    assert not schedule.recheck_due(16.99) and schedule.recheck_due(17.0)
+    schedule.start(17.0, PERIODIC)
+    assert schedule.trigger == PERIODIC and schedule.round_due(17.0)
+    assert not schedule.recheck_due(30.0)  # the periodic check runs
+    schedule.round_sent()
+    schedule.start(17.5)  # a port changed during it: a check of its own, started by the change
+    assert schedule.trigger == CHANGE and schedule.rounds_sent == 0
+    schedule.round_sent()
+    schedule.round_sent()
+    assert not schedule.judge_due(19.49) and schedule.judge_due(19.5)
+    schedule.judged(19.5)
+    assert not schedule.recheck_due(24.49) and schedule.recheck_due(24.5)
+
+
+def test_a_zero_interval_means_no_periodic_check():
+    schedule = CheckSchedule(recheck_interval_s=0.0)
+    schedule.start(0.0)
+    schedule.judged(3.0)
+    assert not any(schedule.recheck_due(t) for t in (3.0, 13.0, 1e9))
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -320,19 +353,64 @@ def test_report_records_read_back_as_checks(tree):
     intact = judge(expected, ports, received_over(tree, port_ends(tree), ports), names(tree))
     swapped = judge(expected, ports, received_over(
         tree, swap(port_ends(tree), ("p0e0", 3), ("p0e1", 3)), ports), names(tree))
-    lines = [json.dumps(r) for r in report_records(1, 5.0, 7.0, intact)
-             + report_records(2, 9.0, 11.0, swapped) + report_records(3, 12.0, 14.0, intact)[:5]]
+    lines = [json.dumps(r) for r in report_records(1, 5.0, 7.0, intact, CHANGE)
+             + report_records(2, 9.0, 11.0, swapped, PERIODIC)
+             + report_records(3, 12.0, 14.0, intact, CHANGE)[:5]]
     records = [json.loads(line) for line in lines]
     checks = wiring_checks(records)
     assert [c["check"] for c in checks] == [1, 2]  # check 3 never closed
+    assert [c["trigger"] for c in checks] == [CHANGE, PERIODIC]
     assert checks[0]["ports_checked"] == checks[0][OK] == len(intact) == len(checks[0]["verdicts"])
     assert (checks[1]["started_monotonic_s"], checks[1]["t_monotonic_s"]) == (9.0, 11.0)
     assert checks[1][MISWIRED] == 4
     summary = wiring_summary(records)
     assert (summary["check"], summary["checks"], summary[MISWIRED]) == (2, 2, 4)
+    assert summary["trigger"] == PERIODIC
     assert summary["problems"] == [v.describe() for v in swapped if v.status != OK]
     assert "p0e0:3 miswired: expected p0a0:1, saw p0a0:2" in summary["problems"]
     assert wiring_summary([]) is None
+
+
+def test_only_a_periodic_check_with_nothing_new_refers_back(tree):
+    ports = all_up(tree)
+    expected = expected_neighbours(tree)
+    intact = judge(expected, ports, received_over(tree, port_ends(tree), ports), names(tree))
+    again = judge(expected, ports, received_over(tree, port_ends(tree), ports), names(tree))
+    swapped = judge(expected, ports, received_over(
+        tree, swap(port_ends(tree), ("p0e0", 3), ("p0e1", 3)), ports), names(tree))
+    assert again == intact and swapped != intact
+    assert same_verdicts_as(PERIODIC, again, (4, intact)) == 4
+    assert same_verdicts_as(PERIODIC, swapped, (4, intact)) is None
+    assert same_verdicts_as(CHANGE, again, (4, intact)) is None  # a change is written in full
+    assert same_verdicts_as(PERIODIC, again, None) is None  # nothing written yet
+
+
+def test_a_quiet_periodic_check_is_one_line_and_reads_back_in_full(tree):
+    ports = all_up(tree)
+    expected = expected_neighbours(tree)
+    intact = judge(expected, ports, received_over(tree, port_ends(tree), ports), names(tree))
+    swapped = judge(expected, ports, received_over(
+        tree, swap(port_ends(tree), ("p0e0", 3), ("p0e1", 3)), ports), names(tree))
+    full = report_records(1, 5.0, 7.0, swapped, CHANGE)
+    quiet = report_records(2, 17.0, 19.5, swapped, PERIODIC, same_as=1)
+    assert len(full) == len(swapped) + 1 and len(quiet) == 1
+    assert quiet[0] == {**full[-1], "check": 2, "trigger": PERIODIC, "t_monotonic_s": 19.5,
+                        "started_monotonic_s": 17.0, "same_verdicts_as": 1}
+    records = [json.loads(json.dumps(r)) for r in full + quiet]
+    first, second = wiring_checks(records)
+    assert second["verdicts"] == [{**v, "check": 2, "t_monotonic_s": 19.5}
+                                  for v in first["verdicts"]]
+    summary = wiring_summary(records)
+    assert (summary["check"], summary["trigger"], summary[MISWIRED]) == (2, PERIODIC, 4)
+    assert summary["problems"] == [v.describe() for v in swapped if v.status != OK]
+    # a controller that starts again numbers its checks from 1: a quiet check names its own
+    restarted = report_records(1, 30.0, 32.5, intact, CHANGE) + report_records(
+        2, 42.5, 45.0, intact, PERIODIC, same_as=1)
+    summary = wiring_summary(records + restarted)
+    assert (summary["checks"], summary[OK], summary["problems"]) == (4, len(intact), [])
+    assert wiring_checks(quiet) == []  # the check it names is not there
+    old = {k: v for k, v in full[-1].items() if k != "trigger"}  # written before triggers
+    assert wiring_checks([old])[0]["trigger"] == CHANGE
 
 
 # --- LLDP never meets the fabric's forwarding ------------------------------------------------
@@ -463,3 +541,77 @@ def test_the_app_checks_what_the_switches_send_and_reports_a_swap(tree, tmp_path
         ("p0a0", 1): ("p0e0", 3, "p0e1", 3), ("p0a0", 2): ("p0e1", 3, "p0e0", 3)}
     assert "WIRING p0e0:3 miswired: expected p0a0:1, saw p0a0:2" in caplog.messages
     assert checks[2][ABSENT] == K and checks[2][MISSING] == K  # c3's ports, and their far ends
+
+
+def test_the_app_rechecks_periodically_and_catches_a_swap_no_switch_reports(
+        tree, tmp_path, monkeypatch, caplog):
+    from controllers.lldp_app import LldpApp
+
+    fabric_json, report = tmp_path / "fabric.json", tmp_path / "wiring.jsonl"
+    tree.dump_json(fabric_json)
+    monkeypatch.setenv(ENV_FABRIC, str(fabric_json))
+    monkeypatch.setenv(ENV_WIRING, str(report))
+    monkeypatch.setenv(ENV_WIRING_RECHECK_INTERVAL, "5")
+    app = LldpApp()
+    schedule = app.schedule
+    assert schedule.recheck_interval_s == 5.0
+    switch_facing = 2 * (K ** 3 // 2)
+    rounds = len(schedule.round_delays_s)
+    lines_per_check = []
+
+    def periodic_check() -> list[int]:
+        """Wait out the interval as the app's thread would, then run the periodic check."""
+        lines = len(report.read_text().splitlines())
+        app.tick(schedule.judged_s + schedule.recheck_interval_s - 0.01)
+        assert schedule.started_s is None  # not due yet
+        app.tick(schedule.judged_s + schedule.recheck_interval_s)
+        assert schedule.trigger == PERIODIC and app.received == {}
+        sent = net.check()
+        lines_per_check.append(len(report.read_text().splitlines()) - lines)
+        return sent
+
+    try:
+        net = SimulatedSwitches(app, tree, port_ends(tree))
+        assert net.check() == [switch_facing] * rounds
+        assert periodic_check() == [switch_facing] * rounds  # all ok again: one line
+        # cables trade places between two ports that stay up: no switch says a word
+        net.cables = swap(port_ends(tree), ("p0e0", 3), ("p0e1", 3))
+        # the app's own logger: one made after mininet is imported has a level of its own
+        with caplog.at_level(logging.DEBUG, logger=app.logger.name):
+            assert periodic_check() == [switch_facing] * rounds
+            errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            caplog.clear()
+            periodic_check()  # still swapped: one line, nothing logged above debug
+            assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+    finally:
+        app.close()
+    ports = 5 * K * K // 4 * K
+    assert lines_per_check == [1, ports + 1, 1]
+    assert "WIRING p0e0:3 miswired: expected p0a0:1, saw p0a0:2" in errors
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    checks = wiring_checks(records)
+    assert [(c["check"], c["trigger"], c.get("same_verdicts_as")) for c in checks] == [
+        (1, CHANGE, None), (2, PERIODIC, 1), (3, PERIODIC, None), (4, PERIODIC, 3)]
+    assert [c[MISWIRED] for c in checks] == [0, 0, 4, 4]
+    summary = wiring_summary(records)
+    assert (summary["check"], summary["trigger"], summary[MISWIRED]) == (4, PERIODIC, 4)
+    assert "p0e0:3 miswired: expected p0a0:1, saw p0a0:2" in summary["problems"]
+
+
+@pytest.mark.parametrize(("value", "interval_s"), [(None, RECHECK_INTERVAL_S), ("0", 0.0),
+                                                   ("2.5", 2.5)])
+def test_the_recheck_interval_setting(value, interval_s):
+    env = {ENV_FABRIC: "f.json", ENV_WIRING: "w.jsonl"}
+    if value is not None:
+        env[ENV_WIRING_RECHECK_INTERVAL] = value
+    config = ControllerConfig.from_env(env)
+    assert DEFAULT_WIRING_RECHECK_INTERVAL_S == RECHECK_INTERVAL_S == 10.0
+    assert config.wiring_recheck_interval_s == interval_s
+    assert ControllerConfig.from_env(config.to_env()) == config
+    assert (ENV_WIRING_RECHECK_INTERVAL in config.to_env()) == (value is not None)
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf"])
+def test_a_recheck_interval_that_cannot_be_is_refused(bad):
+    with pytest.raises(ValueError, match=ENV_WIRING_RECHECK_INTERVAL):
+        ControllerConfig.from_env({ENV_FABRIC: "f.json", ENV_WIRING_RECHECK_INTERVAL: bad})

@@ -49,14 +49,15 @@ from testbed.errors import ConfigError, TestbedError
 from testbed.experiment import interrupts_as_exceptions, machine, new_run_id
 from testbed.fidelity import emulator_losses, judge
 from testbed.hedera import SERVER_START_S, run_flows
-from testbed.incast import DROPTAIL, ECN, LOSSLESS_DSCP, mode_tcp
+from testbed.incast import DROPTAIL, ECN, LOSSLESS_DSCP, mode_tcp, queue_description
+from testbed.openflow_stats import read_json_lines
 from testbed.qos.apply import ecn_monitoring, object_is_current
 from testbed.qos.ecn_plan import choose_ecn_path
 from testbed.qos.pfc_agent import EVENTS_FILE
 from testbed.qos.pfc_control import PAUSE, RESUME, switch_fan_in
 from testbed.qos.profiles import U32_MAX, QueueConfig
 from testbed.qos.scaling import DEFAULT_PFC_REACTION_TIME_S, dctcp_step, pfc_thresholds
-from testbed.qos.settings import EcnSettings, TcpSettings, queue_record
+from testbed.qos.settings import EcnSettings, TcpSettings
 from testbed.telemetry import Sampler, link_directions, window_mean, window_rates_mbit
 from testbed.topology.base import Fabric
 from testbed.topology.checks import check_count, check_rate
@@ -248,14 +249,6 @@ class ConditionResult:
         return max((r["hops"] for r in self.by_hop if r["paused_ports"]), default=None)
 
 
-def read_events(path: Path) -> list[dict]:
-    try:
-        with open(path) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    except OSError:
-        return []
-
-
 def measure_condition(net, condition: str, config: PfcDemoConfig, settings: EcnSettings,
                       result: ConditionResult, log) -> None:
     """The victim alone, then beside the incast, every counter read around the second."""
@@ -304,7 +297,7 @@ def measure_condition(net, condition: str, config: PfcDemoConfig, settings: EcnS
     summary = net.pfc_summary()
     after = net.pfc.counters().get("interfaces", {})
     deltas = counter_deltas(pfc_before, after)
-    events = in_window(read_events(net.workdir / EVENTS_FILE), t0, t1)
+    events = in_window(read_json_lines(net.workdir / EVENTS_FILE), t0, t1)
     result.lossless_drops = summary["lossless_drops"] - lossless_before
     result.pause_frames_sent = int(sum(d["xoff_sent"] + d["xon_sent"] for d in deltas.values()))
     result.paused_s = round(sum(d["paused_s"] for d in deltas.values()), 6)
@@ -338,8 +331,7 @@ def run_condition(condition: str, config: PfcDemoConfig, platform, ecn_path: str
 
     queue, record = config.queue(condition)
     tcp: TcpSettings = mode_tcp(ECN if condition == PFC_ECN else DROPTAIL, platform)
-    result = ConditionResult(condition, {**queue_record(queue), "pfc": asdict(queue.pfc)
-                                         if queue.pfc else None}, record, tcp.to_dict())
+    result = ConditionResult(condition, queue_description(queue), record, tcp.to_dict())
     log(f"{condition}: k={FAT_TREE_K} fat-tree at {config.rate_mbit:g} Mbit/s, "
         f"{config.buffer_bytes} B per class"
         + (f", XOFF {queue.pfc.xoff_bytes} B, XON {queue.pfc.xon_bytes} B" if queue.pfc else "")

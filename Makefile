@@ -2,7 +2,7 @@
 VENV ?= .venv
 TESTBED := $(VENV)/bin/testbed
 PYTEST := $(VENV)/bin/python -m pytest
-# The eBPF ECN marker; testbed/qos/ecn_plan.py (BPF_CFLAGS, compile_command) uses the same
+# The eBPF ECN marker; testbed/plan/ecn_plan.py (BPF_CFLAGS, compile_command) uses the same
 # flags. Debian keeps asm/types.h under the multiarch directory, which -target bpf misses.
 BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
@@ -20,7 +20,7 @@ install:  ## install packages and the venv (idempotent; root)
 
 bpf: $(BPF_BUILD)/ecn_marker.o  ## compile the eBPF ECN marker (clang; no root)
 
-$(BPF_BUILD)/ecn_marker.o: testbed/qos/bpf/ecn_marker.c
+$(BPF_BUILD)/ecn_marker.o: testbed/apply/bpf/ecn_marker.c
 	@mkdir -p $(@D)
 	clang $(BPF_CFLAGS) -c $< -o $@
 

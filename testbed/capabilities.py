@@ -100,10 +100,10 @@ TOOL_COMMANDS: dict[str, str] = {
     "bpftool": "bpftool",
 }
 
-PFC_PATH = "tbf-pause-agent"  # per-class tbf queues paused by real 802.1Qbb frames (testbed.qos.pfc_agent)
+PFC_PATH = "tbf-pause-agent"  # per-class tbf queues paused by real 802.1Qbb frames (testbed.apply.pfc_agent)
 ECN_PATH_RED = "red-qdisc"
 ECN_PATH_EBPF = "ebpf"
-# What each ECN marking path needs (testbed.qos.ecn_plan plans it, testbed.qos.apply runs
+# What each ECN marking path needs (testbed.plan.ecn_plan plans it, testbed.apply.marking runs
 # it): RED takes the place of each port's FIFO; the eBPF marker is compiled by clang,
 # attached by tc and configured and read through its pinned maps by bpftool.
 ECN_PATH_NEEDS: dict[str, tuple[str, ...]] = {

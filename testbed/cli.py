@@ -11,7 +11,7 @@ import json
 import sys
 
 from testbed.errors import ConfigError, TestbedError
-from testbed.qos.scaling import DEFAULT_PFC_REACTION_TIME_S
+from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S
 
 SCENARIO_FLAGS = {  # flag -> RunConfig field
     "rate_mbit": "link_rate_mbit", "size_bytes": "size_bytes", "iters": "iters",
@@ -37,9 +37,9 @@ def parse_params(items: list[str]) -> dict:
 
 
 def cmd_run(args) -> int:
-    from testbed.experiment import run_experiment
-    from testbed.report import format_summary
-    from testbed.scenario import config_from_dict, read_scenario
+    from testbed.experiments.allreduce.report import format_summary
+    from testbed.experiments.allreduce.run import run_experiment
+    from testbed.harness.scenario import config_from_dict, read_scenario
 
     data = read_scenario(args.scenario) if args.scenario else {}
     for flag, field in SCENARIO_FLAGS.items():
@@ -60,8 +60,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_topo(args) -> int:
-    from testbed.topology import build
-    from testbed.topology.describe import describe, format_description
+    from testbed.model.topology import build
+    from testbed.model.topology.describe import describe, format_description
 
     if args.draw is not None and "=" in args.draw:
         raise ConfigError("--draw", f"expected a PNG path, got {args.draw!r}; put --draw after "
@@ -70,7 +70,7 @@ def cmd_topo(args) -> int:
     info = describe(fabric)
     print(json.dumps(info, indent=1) if args.json else format_description(info))
     if args.draw is not None:
-        from testbed.topology.describe import draw
+        from testbed.model.topology.describe import draw
 
         path = draw(fabric, args.draw or f"results/topo-{args.name}.png")
         print(f"drawing: {path}", file=sys.stderr if args.json else sys.stdout)
@@ -85,8 +85,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from testbed.fabric import check_root
-    from testbed.state import Ledger, RunLock, clean
+    from testbed.apply.network import check_root
+    from testbed.apply.state import Ledger, RunLock, clean
 
     check_root()
     with RunLock("clean"):
@@ -100,7 +100,7 @@ def cmd_clean(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from testbed.bench import run_bench
+    from testbed.capacity.bench import run_bench
 
     run_bench(args.output, tuple(args.k or (4, 8)), log=lambda m: print(f"[bench] {m}", flush=True))
     return 0
@@ -113,7 +113,7 @@ def given_fields(args, flags: dict[str, str]) -> dict:
             if getattr(args, flag) is not None}
 
 
-INCAST_FLAGS = {  # flag -> testbed.incast.IncastConfig field; unset flags keep its default
+INCAST_FLAGS = {  # flag -> testbed.experiments.incast.run.IncastConfig field; unset flags keep its default
     "response_bytes": "response_bytes", "rounds": "rounds", "warmup": "warmup_rounds",
     "gap_s": "gap_s", "rate_mbit": "rate_mbit", "mtu": "mtu_bytes",
     "buffer_bytes": "buffer_bytes", "dscp": "dscp", "pfc_reaction_time_s": "pfc_reaction_time_s",
@@ -122,7 +122,7 @@ INCAST_FLAGS = {  # flag -> testbed.incast.IncastConfig field; unset flags keep 
 
 
 def cmd_incast(args) -> int:
-    from testbed.incast import IncastConfig, parse_int_list, run_incast
+    from testbed.experiments.incast.run import IncastConfig, parse_int_list, run_incast
 
     given = given_fields(args, INCAST_FLAGS)
     if args.sweep is not None:
@@ -136,7 +136,7 @@ def cmd_incast(args) -> int:
 
 
 def cmd_hedera(args) -> int:
-    from testbed.hedera import HederaConfig, run_hedera
+    from testbed.experiments.hedera.run import HederaConfig, run_hedera
 
     config = HederaConfig(rate_mbit=args.rate_mbit, seconds=args.seconds, omit_s=args.omit,
                           seed=args.seed, results_dir=args.results,
@@ -145,7 +145,7 @@ def cmd_hedera(args) -> int:
     return 0
 
 
-DCTCP_FLAGS = {  # flag -> testbed.dctcp_bench.DctcpConfig field; unset flags keep its default
+DCTCP_FLAGS = {  # flag -> testbed.experiments.dctcp.run.DctcpConfig field; unset flags keep its default
     "rate_mbit": "rate_mbit", "senders": "senders", "seconds": "seconds", "omit": "omit_s",
     "k_bytes": "k_bytes", "buffer_bytes": "buffer_bytes", "rtt_s": "rtt_s", "mtu": "mtu_bytes",
     "droptail_cc": "droptail_cc", "ecn_cc": "ecn_cc", "results": "results_dir",
@@ -154,7 +154,7 @@ DCTCP_FLAGS = {  # flag -> testbed.dctcp_bench.DctcpConfig field; unset flags ke
 
 def dctcp_config(args):
     """The DctcpConfig the flags ask for (not yet validated)."""
-    from testbed.dctcp_bench import DctcpConfig
+    from testbed.experiments.dctcp.run import DctcpConfig
 
     given = given_fields(args, DCTCP_FLAGS)
     if "senders" in given:
@@ -163,7 +163,7 @@ def dctcp_config(args):
 
 
 def cmd_dctcp(args) -> int:
-    from testbed import dctcp_bench
+    from testbed.experiments.dctcp import run as dctcp_bench
 
     if args.replot is not None:
         for path in dctcp_bench.replot(args.replot):
@@ -173,7 +173,7 @@ def cmd_dctcp(args) -> int:
     return 0
 
 
-PFC_DEMO_FLAGS = {  # flag -> testbed.pfc_demo.PfcDemoConfig field
+PFC_DEMO_FLAGS = {  # flag -> testbed.experiments.pfc.run.PfcDemoConfig field
     "rate_mbit": "rate_mbit", "mtu": "mtu_bytes", "buffer_bytes": "buffer_bytes",
     "alone_s": "alone_s", "seconds": "contention_s", "omit": "omit_s", "receiver": "receiver",
     "victim_src": "victim_src", "victim_dst": "victim_dst",
@@ -182,7 +182,7 @@ PFC_DEMO_FLAGS = {  # flag -> testbed.pfc_demo.PfcDemoConfig field
 
 
 def cmd_pfc_demo(args) -> int:
-    from testbed.pfc_demo import PfcDemoConfig, run_pfc_demo
+    from testbed.experiments.pfc.run import PfcDemoConfig, run_pfc_demo
 
     given = given_fields(args, PFC_DEMO_FLAGS)
     if args.condition:
@@ -192,8 +192,8 @@ def cmd_pfc_demo(args) -> int:
 
 
 def cmd_dragonfly_routing(args) -> int:
-    from testbed.dragonfly_compare import run_dragonfly_compare
-    from testbed.hedera import HederaConfig
+    from testbed.experiments.dragonfly.run import run_dragonfly_compare
+    from testbed.experiments.hedera.run import HederaConfig
 
     config = HederaConfig(rate_mbit=args.rate_mbit, seconds=args.seconds, omit_s=args.omit,
                           seed=args.seed, results_dir=args.results, spread=False)
@@ -209,7 +209,7 @@ class OneLineErrors(argparse.ArgumentParser):
 
 
 def add_flow_experiment_args(parser: argparse.ArgumentParser) -> None:
-    """The options of the long-flow experiments (testbed.hedera.HederaConfig)."""
+    """The options of the long-flow experiments (testbed.experiments.hedera.run.HederaConfig)."""
     parser.add_argument("--rate-mbit", type=float, default=10.0, help="link rate (10)")
     parser.add_argument("--seconds", type=int, default=10, help="measured seconds per pattern")
     parser.add_argument("--omit", type=int, default=2, help="TCP start-up seconds left out")
@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_pfc_demo_args(parser: argparse.ArgumentParser) -> None:
-    """The options of ``testbed pfc-demo`` (testbed.pfc_demo.PfcDemoConfig)."""
+    """The options of ``testbed pfc-demo`` (testbed.experiments.pfc.run.PfcDemoConfig)."""
     parser.add_argument("--condition", action="append", choices=("lossy", "pfc", "pfc+ecn"),
                         help="run to make (repeatable; default all three)")
     parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 20)")
@@ -333,7 +333,7 @@ def add_pfc_demo_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_dctcp_args(parser: argparse.ArgumentParser) -> None:
-    """The options of ``testbed dctcp`` (testbed.dctcp_bench.DctcpConfig); an option left
+    """The options of ``testbed dctcp`` (testbed.experiments.dctcp.run.DctcpConfig); an option left
     out keeps the config's default, named in its help."""
     parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 20)")
     parser.add_argument("--senders", type=int, nargs="+", metavar="N",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiment import machine
+from testbed.harness.run import machine
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def ledger():
         yield ledger
 
 
-OURS = re.compile(r"controllers\.launcher|traffic\.allreduce|mnexec|iperf3|mininet:|"
+OURS = re.compile(r"testbed\.controllers\.apps\.launcher|testbed\.traffic\.|mnexec|iperf3|mininet:|"
                   r"/run/testbed/ovs/")  # the run's own ovsdb-server and ovs-vswitchd
 
 

@@ -1,7 +1,7 @@
 """Anycast on the wire, as ``scenarios/fattree-anycast-failover.yaml`` runs it: a
-request/response service (traffic.anycast_service) on two replicas behind one address. A
+request/response service (testbed.traffic.anycast_service) on two replicas behind one address. A
 client is served by its nearest replica; when that replica's link fails it is served by the
-other one, and when the link returns it moves back (testbed.anycast_failover); then a ring
+other one, and when the link returns it moves back (testbed.experiments.anycast.run); then a ring
 AllReduce runs on the repaired fabric. The switch-over time is printed; only a generous
 sanity bound is asserted (timing goals are measured by ``testbed bench``, not asserted on a
 noisy machine)."""
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from testbed.anycast_failover import FAT_TREE_K4
-from testbed.experiment import run_experiment
-from testbed.scenario import load_scenario
+from testbed.experiments.allreduce.run import run_experiment
+from testbed.experiments.anycast.run import FAT_TREE_K4
+from testbed.harness.scenario import load_scenario
 
 SCENARIO = "scenarios/fattree-anycast-failover.yaml"
 CUT = FAT_TREE_K4            # client p0e1h0, near p0e0h0 (same pod), far p3e1h1

@@ -8,15 +8,16 @@ import socket
 import time
 
 import pytest
+from openflow_switch import ScriptedSwitch, wait_for
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
-from controllers.fabric_state import FabricState
-from controllers.forwarding import Barrier, Wipe
-from openflow_switch import ScriptedSwitch, wait_for
-from testbed.controller import ControllerProcess
-from testbed.openflow_stats import port_samples, reaction_times, read_json_lines
-from testbed.topology import build
-from testbed.topology.spineleaf import spine_leaf
+from testbed.apply.controller import ControllerProcess
+from testbed.controllers.routing.fabric_state import FabricState
+from testbed.controllers.routing.forwarding import Barrier, Wipe
+from testbed.measure.openflow import reaction_times
+from testbed.model.port_stats import port_samples, read_json_lines
+from testbed.model.topology import build
+from testbed.model.topology.spineleaf import spine_leaf
 
 PROGRAMMED_TIMEOUT_S = 30.0
 EVENT_TIMEOUT_S = 10.0

@@ -8,10 +8,10 @@ import re
 import subprocess
 import time
 
-from testbed.controller import ControllerProcess
-from testbed.fabric import FabricNetwork
-from testbed.failover import ping_received
-from testbed.topology import build
+from testbed.apply.controller import ControllerProcess
+from testbed.apply.network import FabricNetwork
+from testbed.measure.failover import ping_received
+from testbed.model.topology import build
 
 RATE_MBIT = 6.0
 PROBES = 100
@@ -63,7 +63,7 @@ def test_restart_keeps_forwarding_and_resynchronises(ledger, tmp_path):
 def test_ugal_new_flows_still_flow_without_a_controller(ledger, tmp_path):
     """Per-flow UGAL sends each new inter-group flow's first packets to the controller; they
     also leave on the minimal route, so with the controller gone a new TCP connection to
-    another group still carries data (controllers.ugal, fail-secure for new flows)."""
+    another group still carries data (testbed.controllers.routing.ugal, fail-secure for new flows)."""
     fabric = build("dragonfly", p=1, a=2, h=1, host_rate_mbit=RATE_MBIT)
     hosts = sorted(h.name for h in fabric.hosts)
     with FabricNetwork(fabric, tmp_path, ledger, routing="ugal", log=lambda m: None) as net:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.hedera import HederaConfig, run_hedera, verdict
+from testbed.experiments.hedera.run import HederaConfig, run_hedera, verdict
 
 JAIN_MIN_ECMP = 0.9            # the bar for 64 flows over 2 uplinks
 SINGLE_PATH_SHARE_MIN = 0.99   # single-path: one uplink carries (nearly) all the bytes

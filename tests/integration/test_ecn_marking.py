@@ -16,14 +16,15 @@ import re
 import time
 from pathlib import Path
 
+from testbed.apply.marking import EcnMarking
+from testbed.apply.network import FabricNetwork, default_buffer_bytes
 from testbed.capabilities import detect
-from testbed.fabric import FabricNetwork, default_buffer_bytes
-from testbed.qos.apply import EcnMarking
-from testbed.qos.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
-from testbed.qos.monitor import counter_delta, percentile, queue_sampling
-from testbed.qos.profiles import QueueConfig, StepEcn
-from testbed.qos.settings import tcp_settings
-from testbed.topology import build
+from testbed.measure.queues import counter_delta, queue_sampling
+from testbed.measure.stats import percentile
+from testbed.model.topology import build
+from testbed.plan.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
+from testbed.plan.profiles import QueueConfig, StepEcn
+from testbed.plan.settings import tcp_settings
 
 RATE_MBIT = 20.0
 MTU = 1500

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from controllers.routing import compute_rules
-from testbed.experiment import RunConfig, run_allreduce
-from testbed.fabric import FabricNetwork
-from testbed.topology import build
+from testbed.apply.network import FabricNetwork
+from testbed.controllers.routing.ecmp import compute_rules
+from testbed.experiments.allreduce.run import RunConfig, run_allreduce
+from testbed.model.topology import build
 
 RATE_MBIT = 6.0
 MIN_TCP_DELIVERY = 0.85  # a lone TCP flow's goodput vs the configured link rate

@@ -8,11 +8,16 @@ from __future__ import annotations
 import re
 import time
 
-from testbed.controller import EVENTS_FILE
-from testbed.fabric import FabricNetwork
-from testbed.failover import cut_and_repair, ping_received, set_link, wait_for_event
-from testbed.openflow_stats import read_json_lines
-from testbed.topology import build
+from testbed.apply.controller import EVENTS_FILE
+from testbed.apply.network import FabricNetwork
+from testbed.measure.failover import (
+    cut_and_repair,
+    ping_received,
+    set_link,
+    wait_for_event,
+)
+from testbed.model.port_stats import read_json_lines
+from testbed.model.topology import build
 
 RATE_MBIT = 6.0
 FAILED_PORT = "p0e0-eth3"        # edge p0e0's first uplink: single-path's choice for other pods
@@ -62,7 +67,7 @@ def test_allreduce_across_a_failure_completes_with_verified_data(ledger, tmp_pat
     result is still the verified sum."""
     import threading
 
-    from testbed.experiment import RunConfig, run_allreduce
+    from testbed.experiments.allreduce.run import RunConfig, run_allreduce
 
     fabric = build("fattree", k=4, host_rate_mbit=RATE_MBIT)
     config = RunConfig(size_bytes=1024 * 1024, iters=2, warmup=0, link_rate_mbit=RATE_MBIT)

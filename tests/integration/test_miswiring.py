@@ -1,5 +1,5 @@
 """Miswiring on real OVS: the controller checks the cabling against the description the
-fabric was built from, with LLDP (controllers.lldp_app). An intact fabric is all ok and its
+fabric was built from, with LLDP (testbed.controllers.apps.lldp_app). An intact fabric is all ok and its
 switches catch the LLDP frames with the rule that keeps them from the fabric's forwarding;
 two uplinks swapped between leaves (interfaces moved between bridges of the run's own OVS)
 are flagged, the two moved ports and their two far ends, and nothing else; cabled back, the
@@ -10,15 +10,20 @@ import re
 import subprocess
 import time
 
-from controllers.forwarding import PRIORITY_LLDP
-from controllers.wiring import MISWIRED, OK, expected_neighbours, wiring_checks
-from testbed.fabric import FabricNetwork
-from testbed.failover import ping_received
-from testbed.openflow_stats import read_json_lines
-from testbed.topology.base import intf_name
-from testbed.topology.spineleaf import spine_leaf
+from testbed.apply.network import FabricNetwork
+from testbed.controllers.routing.forwarding import PRIORITY_LLDP
+from testbed.controllers.routing.wiring import (
+    MISWIRED,
+    OK,
+    expected_neighbours,
+    wiring_checks,
+)
+from testbed.measure.failover import ping_received
+from testbed.model.port_stats import read_json_lines
+from testbed.model.topology.base import intf_name
+from testbed.model.topology.spineleaf import spine_leaf
 
-# A check is judged once the fabric has been quiet for 2.5 s (controllers.wiring); bring-up
+# A check is judged once the fabric has been quiet for 2.5 s (testbed.controllers.routing.wiring); bring-up
 # and re-cabling settle well within this.
 CHECK_TIMEOUT_S = 30.0
 # l0's uplink to s0 and l1's uplink to s1 (leaf i: port 1 its host, 2 + j spine j).
@@ -60,7 +65,7 @@ def wait_for_check(net: FabricNetwork, after_s: float, want: dict, ports: int) -
 def plug(net: FabricNetwork, plugs: dict[str, End]) -> None:
     """Move each interface to the given (switch, port): all are unplugged first, in one
     transaction, so every port number is free when it is asked for in the next. The ports
-    get the linux-noop QoS every fabric port has (testbed.fabric.ovs_transaction)."""
+    get the linux-noop QoS every fabric port has (testbed.apply.network.ovs_transaction)."""
     unplug: list[str] = []
     for intf in plugs:
         unplug += ["--", "del-port", intf]

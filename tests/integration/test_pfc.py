@@ -4,7 +4,7 @@ all into one receiver. The pause agent sends real 802.1Qbb frames; the lossless 
 must not drop while the best-effort queues on the same links do, and a capture on a
 sender's NIC must hold pause frames that scapy and tshark decode.
 
-Thresholds come from ``testbed.qos.scaling.pfc_thresholds`` (headroom per feeding port at
+Thresholds come from ``testbed.plan.scaling.pfc_thresholds`` (headroom per feeding port at
 the default reaction time) with a 600 KB buffer per class. Needs root; runs alone."""
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from pathlib import Path
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.utils import rdpcap
 
-from testbed.fabric import FabricNetwork
-from testbed.qos import class_plan
-from testbed.qos.pfc import PFC_ETHERTYPE
-from testbed.qos.pfc_control import switch_fan_in
-from testbed.qos.profiles import QueueConfig
-from testbed.qos.scaling import pfc_thresholds
-from testbed.topology import build
+from testbed.apply.network import FabricNetwork
+from testbed.model.topology import build
+from testbed.plan import class_plan
+from testbed.plan.pfc import switch_fan_in
+from testbed.plan.pfc_frames import PFC_ETHERTYPE
+from testbed.plan.profiles import QueueConfig
+from testbed.plan.scaling import pfc_thresholds
 
 RATE_MBIT = 20.0
 MTU = 1500

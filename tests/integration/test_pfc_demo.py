@@ -7,13 +7,20 @@ congested port but shares the links that feed it.
 - ECN cuts the pause time: with marking at K and ECN hosts, far fewer port-seconds paused;
 - the lossless class drops nothing with PFC.
 
-The tolerances are the demo's own (``testbed.pfc_demo``); the runs measured for the README
+The tolerances are the demo's own (``testbed.experiments.pfc.run``); the runs measured for the README
 gave the victim 0.7 Mbit/s under PFC against 13 in the lossy run, and 40-80 port-seconds
 paused against none with ECN. Needs root; runs alone."""
 from __future__ import annotations
 
-from testbed import pfc_demo
-from testbed.pfc_demo import CONDITIONS, LOSSY, PFC, PFC_ECN, PfcDemoConfig, run_pfc_demo
+from testbed.experiments.pfc import run as pfc_demo
+from testbed.experiments.pfc.run import (
+    CONDITIONS,
+    LOSSY,
+    PFC,
+    PFC_ECN,
+    PfcDemoConfig,
+    run_pfc_demo,
+)
 
 
 def test_pfc_pauses_a_victim_spread_over_hops_and_ecn_cuts_them(tmp_path, capsys):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import REPO, assert_clean, leftovers
 
-from testbed.state import RunLock
+from testbed.apply.state import RunLock
 
 TESTBED = [sys.executable, "-m", "testbed"]
 SMALL_RUN = ["run", "scenarios/fattree-allreduce.yaml", "--size-bytes", "262144", "--iters", "1",

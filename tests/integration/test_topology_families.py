@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from controllers.routing import compute_rules
-from testbed.fabric import FabricNetwork
-from testbed.topology import build
+from testbed.apply.network import FabricNetwork
+from testbed.controllers.routing.ecmp import compute_rules
+from testbed.model.topology import build
 
 RATE_MBIT = 6.0
 FAMILIES = {

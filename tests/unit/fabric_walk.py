@@ -1,21 +1,34 @@
 """Following computed forwarding rules hop by hop, as the switches would: shared by the
 routing tests of every topology family. ``follow`` enumerates every branch a packet can take;
-``Walker`` applies it to per-destination and per-input-port routes (controllers.routing),
+``Walker`` applies it to per-destination and per-input-port routes (testbed.controllers.routing.ecmp),
 ``FlowWalker`` to prioritised flow tables with VLAN actions and weighted select groups
-(controllers.dragonfly_routing, and the tables the controller installs:
-controllers.forwarding)."""
+(testbed.controllers.routing.dragonfly, and the tables the controller installs:
+testbed.controllers.routing.forwarding)."""
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from controllers.dragonfly_routing import (Action, FlowRule, Match, Output, PopVlan, PushVlan,
-                                           RouterRules, ToGroup)
-from controllers.forwarding import (ETH_TYPE_IPV4, PRIORITY_PORT_ROUTE, SetEthDst, SwitchTable,
-                                    route_priority)
-from controllers.routing import PortRoute, Route, SwitchRules
-from testbed.topology.base import Fabric
+from testbed.controllers.routing.dragonfly import (
+    Action,
+    FlowRule,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    RouterRules,
+    ToGroup,
+)
+from testbed.controllers.routing.ecmp import PortRoute, Route, SwitchRules
+from testbed.controllers.routing.forwarding import (
+    ETH_TYPE_IPV4,
+    PRIORITY_PORT_ROUTE,
+    SetEthDst,
+    SwitchTable,
+    route_priority,
+)
+from testbed.model.topology.base import Fabric
 
 
 def port_ends(fabric: Fabric) -> dict[tuple[str, int], tuple[str, int]]:
@@ -204,7 +217,7 @@ class FlowWalker:
 
 
 def table_rules(tables: dict[str, SwitchTable]) -> dict[str, RouterRules]:
-    """Installed tables (controllers.forwarding) in the shape FlowWalker walks."""
+    """Installed tables (testbed.controllers.routing.forwarding) in the shape FlowWalker walks."""
     return {name: RouterRules(name, t.dpid, t.groups,
                               [FlowRule(priority, match, actions)
                                for (priority, match), actions in t.flows.items()])

@@ -8,16 +8,21 @@ import random
 
 import networkx as nx
 import pytest
-
-from controllers.anycast import (AnycastRoute, anycast_routes, live_replicas, replica_for_hosts,
-                                 service_mac)
-from controllers.failures import resolve_failures, surviving_fabric
-from controllers.routing import ECMP, MODES, SINGLE
 from fabric_walk import fabric_id, follow, port_peers
-from testbed.topology import build
-from testbed.topology.base import Fabric
-from testbed.topology.fattree import fat_tree
-from testbed.topology.spineleaf import spine_leaf
+
+from testbed.controllers.routing.anycast import (
+    AnycastRoute,
+    anycast_routes,
+    live_replicas,
+    replica_for_hosts,
+    service_mac,
+)
+from testbed.controllers.routing.ecmp import ECMP, MODES, SINGLE
+from testbed.controllers.routing.failures import resolve_failures, surviving_fabric
+from testbed.model.topology import build
+from testbed.model.topology.base import Fabric
+from testbed.model.topology.fattree import fat_tree
+from testbed.model.topology.spineleaf import spine_leaf
 
 SERVICE_IP = "10.255.0.1"
 FABRICS = [("fattree", {"k": 4}), ("fattree", {"k": 6}),

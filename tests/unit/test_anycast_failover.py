@@ -7,8 +7,14 @@ import json
 import pytest
 
 from testbed import errors
-from testbed.anycast_failover import (FAT_TREE_K4, first_answer_from, lost_seqs, parse_answers,
-                                      replicas_between, switch_over)
+from testbed.experiments.anycast.run import (
+    FAT_TREE_K4,
+    first_answer_from,
+    lost_seqs,
+    parse_answers,
+    replicas_between,
+    switch_over,
+)
 
 CUT = FAT_TREE_K4
 NEAR, FAR = CUT.near, CUT.far
@@ -119,10 +125,10 @@ def test_probe_output_is_one_answer_per_line():
 
 
 def test_the_cut_moves_a_client_off_its_nearest_replica_to_the_next_nearest():
-    from controllers.fabric_state import AnycastService
-    from testbed.anycast_failover import FAT_TREE_K4, anycast_cut
+    from testbed.controllers.routing.fabric_state import AnycastService
     from testbed.errors import ConfigError
-    from testbed.topology.fattree import fat_tree
+    from testbed.experiments.anycast.run import FAT_TREE_K4, anycast_cut
+    from testbed.model.topology.fattree import fat_tree
 
     fabric = fat_tree(4, host_rate_mbit=6.0)
     service = AnycastService("10.255.0.1", ("p0e0h0", "p3e1h1"))
@@ -140,7 +146,7 @@ def test_the_cut_moves_a_client_off_its_nearest_replica_to_the_next_nearest():
 
 
 def test_the_run_summary_names_the_failover():
-    from testbed.report import anycast_rows
+    from testbed.experiments.allreduce.report import anycast_rows
 
     assert anycast_rows({}) == [] and anycast_rows({"anycast": {"replicas": []}}) == []
     [(label, text)] = anycast_rows({"anycast": {"failover": {

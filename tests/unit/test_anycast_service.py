@@ -6,7 +6,7 @@ import json
 import socket
 import threading
 
-from traffic.anycast_service import probe, serve
+from testbed.traffic.anycast_service import probe, serve
 
 
 def free_udp_port() -> int:

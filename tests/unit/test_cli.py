@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import testbed.experiment
-import testbed.report
+import testbed.experiments.allreduce.report
+import testbed.experiments.allreduce.run
 from testbed.cli import SCENARIO_FLAGS, main, parse_params
 from testbed.errors import ConfigError
-from testbed.experiment import RunConfig
+from testbed.experiments.allreduce.run import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_SCENARIO = REPO / "scenarios" / "fattree-allreduce.yaml"
@@ -28,8 +28,8 @@ def no_experiments(monkeypatch):
         started.append(config)
         return {"workload": {"verified": True}}
 
-    monkeypatch.setattr(testbed.experiment, "run_experiment", fake_run)
-    monkeypatch.setattr(testbed.report, "format_summary", lambda summary: "SUMMARY TABLE")
+    monkeypatch.setattr(testbed.experiments.allreduce.run, "run_experiment", fake_run)
+    monkeypatch.setattr(testbed.experiments.allreduce.report, "format_summary", lambda summary: "SUMMARY TABLE")
     return started
 
 
@@ -166,7 +166,7 @@ def test_run_other_topology_starts_from_its_own_parameters(no_experiments, capsy
 
 
 def test_run_exit_status_follows_verification(monkeypatch, capsys):
-    monkeypatch.setattr(testbed.experiment, "run_experiment",
+    monkeypatch.setattr(testbed.experiments.allreduce.run, "run_experiment",
                         lambda config, log=print: {"workload": {"verified": False}})
     assert main(["run", str(REPO_SCENARIO)]) == 1
 

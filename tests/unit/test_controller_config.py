@@ -9,17 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from controllers.config import (DEFAULT_PORT_STATS_INTERVAL_S, ENV_ANYCAST, ENV_EVENTS,
-                                ENV_FABRIC, ENV_PORT_STATS, ENV_PORT_STATS_INTERVAL, ENV_ROUTING,
-                                ENV_STATUS, ControllerConfig)
-from controllers.fabric_state import AnycastService
-from controllers.launcher import parse_args
-from testbed.controller import ControllerProcess, write_anycast
+from testbed.apply.controller import ControllerProcess, write_anycast
+from testbed.controllers.apps.config import (
+    DEFAULT_PORT_STATS_INTERVAL_S,
+    ENV_ANYCAST,
+    ENV_EVENTS,
+    ENV_FABRIC,
+    ENV_PORT_STATS,
+    ENV_PORT_STATS_INTERVAL,
+    ENV_ROUTING,
+    ENV_STATUS,
+    ControllerConfig,
+)
+from testbed.controllers.apps.launcher import parse_args
+from testbed.controllers.routing.fabric_state import AnycastService
 from testbed.errors import ConfigError
-from testbed.experiment import RunConfig, ecmp_spread
-from testbed.scenario import config_from_dict, load_scenario
-from testbed.telemetry import link_directions
-from testbed.topology import build
+from testbed.experiments.allreduce.run import RunConfig, ecmp_spread
+from testbed.harness.scenario import config_from_dict, load_scenario
+from testbed.measure.telemetry import link_directions
+from testbed.model.topology import build
 
 REPO = Path(__file__).resolve().parents[2]
 ANYCAST = {"service_ip": "10.255.0.1", "replicas": ["p0e0h0", "p3e1h1"]}
@@ -36,7 +44,7 @@ def fabric_json(tmp_path) -> Path:
 def test_controller_process_hands_over_every_file(tmp_path, fabric_json):
     proc = ControllerProcess(fabric_json, tmp_path, port=6999, routing="single")
     argv = proc.argv()
-    config, port = parse_args(argv[3:])  # after: python -m controllers.launcher
+    config, port = parse_args(argv[3:])  # after: python -m testbed.controllers.apps.launcher
     assert port == 6999
     assert config == ControllerConfig(
         fabric_path=str(fabric_json), status_path=str(tmp_path / "controller-status.json"),

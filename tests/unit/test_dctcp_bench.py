@@ -12,22 +12,43 @@ from pathlib import Path
 
 import pytest
 
-import testbed.dctcp_bench as bench_module
-from testbed.cli import add_dctcp_args, main
-from testbed.dctcp_bench import (DROPTAIL, DROPTAIL_MEDIAN_MIN_FRACTION, ECN,
-                                 ECN_MEDIAN_TOLERANCE_FRAMES, ECN_MIN_UTILISATION, END_MARGIN_S,
-                                 MIN_CWND_SEGMENTS, PUBLISHED, QUEUE_FILE, ConfigurationResult,
-                                 DctcpConfig, DctcpResult, bench_fabric, droptail_sysctls,
-                                 format_dctcp, format_table, judge_pair, judged_window_s,
-                                 parse_ping_rtt_ms, replot, summarise_queue, tcp_label, verdict,
-                                 window_floor_bytes, write_dctcp_results, write_queue_samples)
+import testbed.experiments.dctcp.run as bench_module
 from testbed import errors
+from testbed.apply.network import default_buffer_bytes
+from testbed.cli import add_dctcp_args, main
 from testbed.errors import ConfigError
-from testbed.fabric import default_buffer_bytes
-from testbed.fidelity import judge
-from testbed.qos.profiles import StepEcn
-from testbed.qos.settings import SYSCTL_TCP_CC, SYSCTL_TCP_ECN, TcpSettings
-from testbed.telemetry import link_directions
+from testbed.experiments.dctcp.run import (
+    DROPTAIL,
+    DROPTAIL_MEDIAN_MIN_FRACTION,
+    ECN,
+    ECN_MEDIAN_TOLERANCE_FRAMES,
+    ECN_MIN_UTILISATION,
+    END_MARGIN_S,
+    MIN_CWND_SEGMENTS,
+    PUBLISHED,
+    QUEUE_FILE,
+    ConfigurationResult,
+    DctcpConfig,
+    DctcpResult,
+    bench_fabric,
+    droptail_sysctls,
+    format_dctcp,
+    format_table,
+    judge_pair,
+    judged_window_s,
+    parse_ping_rtt_ms,
+    replot,
+    summarise_queue,
+    tcp_label,
+    verdict,
+    window_floor_bytes,
+    write_dctcp_results,
+    write_queue_samples,
+)
+from testbed.measure.fidelity import judge
+from testbed.measure.telemetry import link_directions
+from testbed.plan.profiles import StepEcn
+from testbed.plan.settings import SYSCTL_TCP_CC, SYSCTL_TCP_ECN, TcpSettings
 
 REPO = Path(__file__).resolve().parents[2]
 USAGE_ERROR_STATUS = 2
@@ -142,11 +163,12 @@ def test_queue_summary_of_synthetic_samples():
     assert summary["samples"] == 800
     assert summary["sampled_fraction"] == pytest.approx(800 / 799, rel=1e-3)
     assert summary["interval_ms_mean"] == pytest.approx(10.0)
-    assert summary["median_packets"] == 49  # nearest rank of 0..99 repeated
-    assert summary["p95_packets"] == 94
+    assert summary["median_packets"] == 49.5  # linear between the two middle ranks of 0..99
+    # p95: rank 0.95 * 799 = 759.05 of 0..99 each 8 times: 94 + 0.05 * (95 - 94)
+    assert summary["p95_packets"] == pytest.approx(94.05)
     assert summary["max_packets"] == 99 and summary["max_bytes"] == 99 * MTU
     assert summary["mean_bytes"] == pytest.approx(49.5 * MTU)
-    assert summary["median_bytes"] == 49 * MTU
+    assert summary["median_bytes"] == 49.5 * MTU
 
 
 def test_queue_summary_counts_a_slow_sampler_and_an_empty_window():

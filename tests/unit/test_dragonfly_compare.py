@@ -2,10 +2,16 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.dragonfly_compare import (DRAGONFLY, SHIFT, UNIFORM, predicted_fraction,
-                                       shift_pairs, verdict)
-from testbed.hedera import HederaResult, PatternResult, format_table
-from testbed.topology.dragonfly import dragonfly
+from testbed.experiments.dragonfly.run import (
+    DRAGONFLY,
+    SHIFT,
+    UNIFORM,
+    predicted_fraction,
+    shift_pairs,
+    verdict,
+)
+from testbed.experiments.hedera.run import HederaResult, PatternResult, format_table
+from testbed.model.topology.dragonfly import dragonfly
 
 
 def test_shift_sends_every_host_to_the_next_group():

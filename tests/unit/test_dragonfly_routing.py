@@ -13,21 +13,44 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 import pytest
-
-from controllers.dragonfly_routing import (DRAGONFLY_MODES, MINIMAL, PRIORITY_INGRESS,
-                                           PRIORITY_MINIMAL, PRIORITY_TAGGED, UGAL, VALIANT,
-                                           WEIGHT_SCALE, Bucket, FlowRule, Match, Output,
-                                           PopVlan, PushVlan, ToGroup, compute_dragonfly_rules,
-                                           dragonfly_view, group_shift_traffic, link_loads_mbit,
-                                           link_utilisation, source_group_id, ugal_shares,
-                                           ugal_weights, vlan_vid)
-from controllers.forwarding import ToController
-from controllers.ugal import (IP_PROTO_TCP, IP_PROTO_UDP, PRIORITY_TO_CONTROLLER,
-                              to_controller_rules)
 from fabric_walk import FlowWalker, Hop, port_ends
-from testbed.topology.base import Fabric
-from testbed.topology.dragonfly import dragonfly
-from testbed.topology.fattree import fat_tree
+
+from testbed.controllers.routing.dragonfly import (
+    DRAGONFLY_MODES,
+    MINIMAL,
+    PRIORITY_INGRESS,
+    PRIORITY_MINIMAL,
+    PRIORITY_TAGGED,
+    UGAL,
+    VALIANT,
+    WEIGHT_SCALE,
+    Bucket,
+    FlowRule,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    ToGroup,
+    compute_dragonfly_rules,
+    dragonfly_view,
+    group_shift_traffic,
+    link_loads_mbit,
+    link_utilisation,
+    source_group_id,
+    ugal_shares,
+    ugal_weights,
+    vlan_vid,
+)
+from testbed.controllers.routing.forwarding import ToController
+from testbed.controllers.routing.ugal import (
+    IP_PROTO_TCP,
+    IP_PROTO_UDP,
+    PRIORITY_TO_CONTROLLER,
+    to_controller_rules,
+)
+from testbed.model.topology.base import Fabric
+from testbed.model.topology.dragonfly import dragonfly
+from testbed.model.topology.fattree import fat_tree
 
 # (p, a, h, g): balanced sizes, fewer groups than a*h+1, and the two-group corner
 SIZES = [(1, 2, 1, None), (1, 3, 1, None), (2, 2, 2, None), (2, 4, 2, None), (2, 4, 2, 5),
@@ -379,7 +402,7 @@ def summed(*loads_mbit: dict, scale: float = 1.0) -> dict:
 
 
 def test_a_pair_given_an_option_sends_all_of_its_rate_that_way():
-    """What a flow placed by the controller does (controllers.ugal): Valiant's loads are the
+    """What a flow placed by the controller does (testbed.controllers.routing.ugal): Valiant's loads are the
     mean of the loads through each intermediate group; minimal is None; other pairs still
     follow the mode."""
     fabric = dragonfly(1, 3, 2, 7)

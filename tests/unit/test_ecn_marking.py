@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-import testbed.errors as errors
-import testbed.qos.apply as apply
-import testbed.state as state
 from test_report import make_summary, rows
+
+import testbed.apply.marking as apply
+import testbed.apply.state as state
+import testbed.errors as errors
+from testbed.apply.network import default_buffer_bytes, host_script
+from testbed.apply.state import Ledger, clean
 from testbed.capabilities import (
     IMPLEMENTED_FEATURES,
     Platform,
@@ -24,18 +26,9 @@ from testbed.capabilities import (
     probe_capabilities,
 )
 from testbed.errors import ConfigError
-from testbed.fabric import default_buffer_bytes, host_script
-from testbed.qos.ecn_plan import (
-    BPF_SOURCE,
-    CONFIG_LAYOUT,
-    MODE_OFF,
-    MODE_STEP,
-    Port,
-    fabric_marking_plan,
-    parse_buffer_stats,
-    unpack_value,
-)
-from testbed.qos.monitor import (
+from testbed.experiments.allreduce.report import format_summary, write_results
+from testbed.harness.scenario import load_scenario
+from testbed.measure.queues import (
     QueueSeries,
     counter_delta,
     counter_totals,
@@ -46,18 +39,25 @@ from testbed.qos.monitor import (
     port_counters,
     queue_sampling,
 )
-from testbed.qos.profiles import QueueConfig, RedEcn, StepEcn
-from testbed.qos.settings import (
+from testbed.model.topology import build
+from testbed.plan.ecn_plan import (
+    BPF_SOURCE,
+    CONFIG_LAYOUT,
+    MODE_OFF,
+    MODE_STEP,
+    Port,
+    fabric_marking_plan,
+    parse_buffer_stats,
+    unpack_value,
+)
+from testbed.plan.profiles import QueueConfig, RedEcn, StepEcn
+from testbed.plan.settings import (
     EcnSettings,
     ecn_settings,
     queue_record,
     sysctl_lines,
     tcp_settings,
 )
-from testbed.report import format_summary, write_results
-from testbed.scenario import load_scenario
-from testbed.state import Ledger, clean
-from testbed.topology import build
 
 RATE_MBIT = 20.0
 MTU = 1500
@@ -497,7 +497,8 @@ def test_sampled_depths_drain_to_the_reading_time_and_give_percentiles():
     stats = depth_stats(series, threshold_bytes=K_BYTES)
     assert stats["samples"] == 4 and stats["interval_s_mean"] == pytest.approx(0.01)
     port = stats["ports"]["l0-eth3"]
-    assert (port["p50"], port["p99"], port["max"]) == (10_000, 40_000, 40_000)
+    # sorted 0, 10000, 20000, 40000: p50 at rank 1.5 -> 15000; p99 at rank 2.97 -> 20000 + 0.97 * 20000
+    assert (port["p50"], port["p99"], port["max"]) == pytest.approx((15_000, 39_400, 40_000))
     assert port["above_threshold_fraction"] == 0.25 and port["mean"] == 17_500
     assert depth_stats(QueueSeries()) is None
     assert percentile([5, 1, 3], 50) == 3 and percentile([7], 99) == 7
@@ -629,8 +630,8 @@ def test_the_marker_is_built_once_and_again_when_its_source_changes(tmp_path):
 
 
 def test_red_path_with_classes_gives_every_class_queue_its_own_red():
-    from testbed.qos import class_plan
-    from testbed.qos.profiles import PfcConfig
+    from testbed.plan import class_plan
+    from testbed.plan.profiles import PfcConfig
 
     queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES),
                         pfc=PfcConfig(xoff_bytes=BUFFER_BYTES // 2, xon_bytes=BUFFER_BYTES // 4,
@@ -655,8 +656,8 @@ def test_red_path_with_classes_gives_every_class_queue_its_own_red():
 
 
 def test_buffer_stats_add_up_the_class_queues_and_their_marks():
-    from testbed.qos import class_plan
-    from testbed.qos.profiles import PfcConfig
+    from testbed.plan import class_plan
+    from testbed.plan.profiles import PfcConfig
 
     queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES),
                         pfc=PfcConfig(xoff_bytes=BUFFER_BYTES // 2, xon_bytes=BUFFER_BYTES // 4,

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.experiment import (
+from testbed.experiments.allreduce.run import (
     DEFAULT_LINK_RATE_MBIT,
     DEFAULT_SIZE_BYTES,
     RunConfig,
@@ -16,8 +16,8 @@ from testbed.experiment import (
     jain_index,
     new_run_id,
 )
-from testbed.telemetry import link_directions
-from testbed.topology.fattree import fat_tree
+from testbed.measure.telemetry import link_directions
+from testbed.model.topology.fattree import fat_tree
 
 FLOAT_REL_TOL = 1e-12
 

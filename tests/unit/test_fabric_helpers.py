@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from testbed.fabric import (
+from testbed.apply.network import (
     BUFFER_HANDLE,
     OFFLOADS_OFF,
     default_buffer_bytes,
@@ -15,8 +15,8 @@ from testbed.fabric import (
     shaping_commands,
     switch_tc_batch,
 )
-from testbed.bench import mininet_topo
-from testbed.topology.fattree import fat_tree
+from testbed.capacity.bench import mininet_topo
+from testbed.model.topology.fattree import fat_tree
 
 BUFFER_TIME_S = 0.050  # the documented 50 ms of buffering at the link rate
 MIN_FRAMES = 8         # and never fewer than 8 full frames

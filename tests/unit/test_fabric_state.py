@@ -6,16 +6,37 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.dragonfly_routing import (MINIMAL, UGAL, VALIANT, WEIGHT_SCALE,
-                                           dragonfly_view, source_buckets, source_group_id,
-                                           ugal_weights)
-from controllers.fabric_state import (UGAL_MIN_WEIGHT_CHANGE, AnycastService, Change,
-                                      FabricState, anycast_problem, link_ends, routing_problem,
-                                      ugal_updates)
-from controllers.forwarding import (ETH_TYPE_ARP, ETH_TYPE_LLDP, PRIORITY_ARP, PRIORITY_LLDP,
-                                    FlowMatch, GroupMod, describe_plan)
-from testbed.topology import build
-from testbed.topology.fattree import fat_tree
+from testbed.controllers.routing.dragonfly import (
+    MINIMAL,
+    UGAL,
+    VALIANT,
+    WEIGHT_SCALE,
+    dragonfly_view,
+    source_buckets,
+    source_group_id,
+    ugal_weights,
+)
+from testbed.controllers.routing.fabric_state import (
+    UGAL_MIN_WEIGHT_CHANGE,
+    AnycastService,
+    Change,
+    FabricState,
+    anycast_problem,
+    link_ends,
+    routing_problem,
+    ugal_updates,
+)
+from testbed.controllers.routing.forwarding import (
+    ETH_TYPE_ARP,
+    ETH_TYPE_LLDP,
+    PRIORITY_ARP,
+    PRIORITY_LLDP,
+    FlowMatch,
+    GroupMod,
+    describe_plan,
+)
+from testbed.model.topology import build
+from testbed.model.topology.fattree import fat_tree
 
 OFPP_LOCAL = 0xFFFFFFFE
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.failover import Failover, ping_received
+from testbed.measure.failover import Failover, ping_received
 
 
 def test_ping_summary_is_parsed():

@@ -8,14 +8,29 @@ from dataclasses import replace
 
 import networkx as nx
 import pytest
-
-from controllers.failures import (Failures, SwitchDiff, recompute_rules, resolve_failures,
-                                  rule_diff, stable_group_ids, surviving_fabric, switch_diff)
-from controllers.routing import MODES, SINGLE, PortRoute, Route, SwitchRules, compute_rules
 from fabric_walk import Walker, fabric_id, out_ports, route_table
-from testbed.topology import build
-from testbed.topology.base import Fabric
-from testbed.topology.fattree import fat_tree
+
+from testbed.controllers.routing.ecmp import (
+    MODES,
+    SINGLE,
+    PortRoute,
+    Route,
+    SwitchRules,
+    compute_rules,
+)
+from testbed.controllers.routing.failures import (
+    Failures,
+    SwitchDiff,
+    recompute_rules,
+    resolve_failures,
+    rule_diff,
+    stable_group_ids,
+    surviving_fabric,
+    switch_diff,
+)
+from testbed.model.topology import build
+from testbed.model.topology.base import Fabric
+from testbed.model.topology.fattree import fat_tree
 
 FABRICS = [("fattree", {"k": 4}), ("fattree", {"k": 6}),
            ("spineleaf", {"leaves": 3, "spines": 3, "hosts_per_leaf": 2}), ("clos", {}),

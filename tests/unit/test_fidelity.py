@@ -3,8 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.fidelity import (MAX_CPU_BUSY_FRACTION, MAX_EMULATOR_LOSS_FRACTION,
-                              MIN_LINK_DELIVERY_FRACTION, emulator_losses, judge)
+from testbed.measure.fidelity import (
+    MAX_CPU_BUSY_FRACTION,
+    MAX_EMULATOR_LOSS_FRACTION,
+    MIN_LINK_DELIVERY_FRACTION,
+    emulator_losses,
+    judge,
+)
 
 STEP = 1e-4  # just across a tolerance
 

@@ -9,20 +9,44 @@ import re
 
 import networkx as nx
 import pytest
-
-from controllers.anycast import replica_for_hosts
-from controllers.dragonfly_routing import (DRAGONFLY_MODES, Bucket, Output, PushVlan,
-                                           RouterRules, ToGroup, compute_dragonfly_rules)
-from controllers.fabric_state import AnycastService, FabricState
-from controllers.failures import rule_diff, surviving_fabric
-from controllers.forwarding import (ADD, DELETE, ETH_TYPE_ARP, ETH_TYPE_IPV4, MODIFY,
-                                    PRIORITY_ARP, Barrier, FlowMatch, FlowMod, GroupMod,
-                                    SetEthDst, SwitchTable, ToController, Wipe, describe_plan,
-                                    group_ports, program_plan, update_plan, update_plans)
-from controllers.routing import MODES
 from fabric_walk import FlowWalker, fabric_id, table_rules
-from testbed.topology import build
-from testbed.topology.base import Fabric
+
+from testbed.controllers.routing.anycast import replica_for_hosts
+from testbed.controllers.routing.dragonfly import (
+    DRAGONFLY_MODES,
+    Bucket,
+    Output,
+    PushVlan,
+    RouterRules,
+    ToGroup,
+    compute_dragonfly_rules,
+)
+from testbed.controllers.routing.ecmp import MODES
+from testbed.controllers.routing.fabric_state import AnycastService, FabricState
+from testbed.controllers.routing.failures import rule_diff, surviving_fabric
+from testbed.controllers.routing.forwarding import (
+    ADD,
+    DELETE,
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    MODIFY,
+    PRIORITY_ARP,
+    Barrier,
+    FlowMatch,
+    FlowMod,
+    GroupMod,
+    SetEthDst,
+    SwitchTable,
+    ToController,
+    Wipe,
+    describe_plan,
+    group_ports,
+    program_plan,
+    update_plan,
+    update_plans,
+)
+from testbed.model.topology import build
+from testbed.model.topology.base import Fabric
 
 FABRICS = [("fattree", {"k": 4}),
            ("spineleaf", {"leaves": 3, "spines": 3, "hosts_per_leaf": 2}), ("clos", {}),

@@ -3,9 +3,15 @@ from __future__ import annotations
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.hedera import (HederaConfig, HederaResult, PatternResult, format_hedera, uplinks,
-                            verdict)
-from testbed.topology.fattree import fat_tree
+from testbed.experiments.hedera.run import (
+    HederaConfig,
+    HederaResult,
+    PatternResult,
+    format_hedera,
+    uplinks,
+    verdict,
+)
+from testbed.model.topology.fattree import fat_tree
 
 
 def result_with(fractions: dict[str, float]) -> HederaResult:
@@ -41,7 +47,7 @@ def test_bad_configs_are_one_line_errors(field, value):
 
 
 def test_the_published_gap_stands_beside_ours():
-    from testbed.hedera import PUBLISHED_MBIT, published_ratio
+    from testbed.experiments.hedera.run import PUBLISHED_MBIT, published_ratio
 
     assert published_ratio("stride4") == pytest.approx(3482 / 12465)
     assert published_ratio("stride1") > 1.0  # ECMP matched the switch when flows stay local

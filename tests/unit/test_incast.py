@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-import testbed.incast
+import testbed.experiments.incast.run
+from testbed import errors
 from testbed.capabilities import Platform, choose_paths, probe_capabilities
 from testbed.cli import main
-from testbed import errors
 from testbed.errors import ConfigError
-from testbed.incast import (
+from testbed.experiments.incast.run import (
     DROPTAIL,
     ECN,
     MAX_FANIN,
@@ -51,8 +51,8 @@ from testbed.incast import (
     verdict,
     write_incast_results,
 )
-from testbed.qos.profiles import StepEcn
-from traffic import incast as program
+from testbed.plan.profiles import StepEcn
+from testbed.traffic import incast as program
 
 LOOPBACK = "127.0.0.1"
 TOS_OF_DSCP_26 = 26 << 2
@@ -347,12 +347,12 @@ def test_a_missing_server_is_a_connect_error():
 
 
 def test_server_and_client_run_as_processes():
-    server = subprocess.Popen([sys.executable, "-m", "traffic.incast", "serve", "--bind",
+    server = subprocess.Popen([sys.executable, "-m", "testbed.traffic.incast", "serve", "--bind",
                                LOOPBACK, "--port", "0", "--dscp", "26", "--connections", "1"],
                               stdout=subprocess.PIPE, text=True)
     try:
         port = json.loads(server.stdout.readline())["listening_port"]
-        client = subprocess.run([sys.executable, "-m", "traffic.incast", "query", "--servers",
+        client = subprocess.run([sys.executable, "-m", "testbed.traffic.incast", "query", "--servers",
                                  f"{LOOPBACK}:{port}", "--response-bytes", "100000",
                                  "--rounds", "2", "--dscp", "26"],
                                 capture_output=True, text=True, timeout=60)
@@ -636,7 +636,7 @@ def started(monkeypatch):
         configs.append(config)
         return IncastResult(config={})
 
-    monkeypatch.setattr(testbed.incast, "run_incast", fake_run)
+    monkeypatch.setattr(testbed.experiments.incast.run, "run_incast", fake_run)
     return configs
 
 
@@ -671,5 +671,5 @@ def test_a_stopped_measurement_makes_the_command_fail(monkeypatch):
     def stopped(config, log=print):
         return result_of(measurement(error="round 0: timed out"))
 
-    monkeypatch.setattr(testbed.incast, "run_incast", stopped)
+    monkeypatch.setattr(testbed.experiments.incast.run, "run_incast", stopped)
     assert main(["incast", "--fanin", "2"]) == 1

@@ -8,12 +8,29 @@ import pytest
 from os_ken.ofproto import ofproto_parser, ofproto_protocol, ofproto_v1_3
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controllers.arp_app import proxy_arp_table
-from controllers.dragonfly_routing import Bucket, Output, PopVlan, PushVlan, ToGroup
-from controllers.fabric_app import openflow_messages, port_up
-from controllers.forwarding import (ADD, DELETE, ETH_TYPE_IPV4, MODIFY, Barrier, FlowMatch,
-                                    FlowMod, GroupMod, SetEthDst, ToController, Wipe)
-from testbed.topology.fattree import fat_tree
+from testbed.controllers.apps.arp_app import proxy_arp_table
+from testbed.controllers.apps.fabric_app import openflow_messages, port_up
+from testbed.controllers.routing.dragonfly import (
+    Bucket,
+    Output,
+    PopVlan,
+    PushVlan,
+    ToGroup,
+)
+from testbed.controllers.routing.forwarding import (
+    ADD,
+    DELETE,
+    ETH_TYPE_IPV4,
+    MODIFY,
+    Barrier,
+    FlowMatch,
+    FlowMod,
+    GroupMod,
+    SetEthDst,
+    ToController,
+    Wipe,
+)
+from testbed.model.topology.fattree import fat_tree
 
 ofp = ofproto_v1_3
 GROUP_MOD_HEADER_BYTES = 16  # ofp_header, command, type, pad, group_id

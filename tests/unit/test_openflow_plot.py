@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from testbed.report import plot_openflow_utilisation
-from testbed.topology.fattree import fat_tree
+from testbed.experiments.allreduce.report import plot_openflow_utilisation
+from testbed.model.topology.fattree import fat_tree
 
 RATE_MBIT = 6.0
 

@@ -7,10 +7,21 @@ import json
 
 import pytest
 
-from testbed.openflow_stats import (PortSample, RatePoint, link_rate_series, link_rate_summary,
-                                    port_samples, port_tx_rates_mbit, rate_mbit, reaction_times,
-                                    read_json_lines, window_mean_mbit)
-from testbed.topology.line import line
+from testbed.measure.openflow import (
+    RatePoint,
+    link_rate_series,
+    link_rate_summary,
+    reaction_times,
+    window_mean_mbit,
+)
+from testbed.model.port_stats import (
+    PortSample,
+    port_samples,
+    port_tx_rates_mbit,
+    rate_mbit,
+    read_json_lines,
+)
+from testbed.model.topology.line import line
 
 RATE_REL_TOL = 1e-9
 MBIT_BYTES = 1e6 / 8

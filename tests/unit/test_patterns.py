@@ -2,7 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from traffic.patterns import HEDERA_PATTERNS, pattern_pairs, random_derangement, stride
+from testbed.traffic.patterns import (
+    HEDERA_PATTERNS,
+    pattern_pairs,
+    random_derangement,
+    stride,
+)
 
 
 @pytest.mark.parametrize("n", [2, 5, 16, 128])

@@ -17,33 +17,28 @@ from scapy.contrib.mac_control import MACControlPause
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from controllers.dragonfly_routing import DRAGONFLY_MODES
-from controllers.routing import MODES as ROUTING_MODES
-from testbed import topology
-from testbed.errors import ConfigError
-from testbed.fabric import (
+from testbed.apply.network import (
     BUFFER_HANDLE,
     host_script,
     qdisc_drops,
     shaping_commands,
     switch_tc_batch,
 )
-from testbed.qos import class_plan, scaling
-from testbed.qos.pfc import (
-    KICK_ETHERTYPE,
-    PFC_DST_MAC,
-    PfcFrame,
-    decode_pfc_frame,
-    kick_frame,
-    parse_pfc_frame,
-    pause_duration_s,
-    pfc_frame,
-    refresh_interval_s,
-    xoff_frame,
-    xon_frame,
+from testbed.apply.pfc_agent import (
+    QdiscBacklogs,
+    _quantiles,
+    rate_bytes_per_s,
+    tbf_change_message,
 )
-from testbed.qos.pfc_agent import QdiscBacklogs, _quantiles, rate_bytes_per_s, tbf_change_message
-from testbed.qos.pfc_control import (
+from testbed.apply.pfc_runtime import lossless_queue_drops, pfc_totals
+from testbed.controllers.routing.dragonfly import DRAGONFLY_MODES
+from testbed.controllers.routing.ecmp import MODES as ROUTING_MODES
+from testbed.errors import ConfigError
+from testbed.model import topology
+from testbed.model.topology.base import AGGREGATION, CORE, EDGE, Fabric, intf_name
+from testbed.model.topology.fattree import fat_tree
+from testbed.plan import class_plan, scaling
+from testbed.plan.pfc import (
     PAUSE,
     RESUME,
     SHORTEST_PATH_MODES,
@@ -58,8 +53,20 @@ from testbed.qos.pfc_control import (
     ports_to_pause,
     switch_fan_in,
 )
-from testbed.qos.pfc_runtime import lossless_queue_drops, pfc_totals
-from testbed.qos.profiles import (
+from testbed.plan.pfc_frames import (
+    KICK_ETHERTYPE,
+    PFC_DST_MAC,
+    PfcFrame,
+    decode_pfc_frame,
+    kick_frame,
+    parse_pfc_frame,
+    pause_duration_s,
+    pfc_frame,
+    refresh_interval_s,
+    xoff_frame,
+    xon_frame,
+)
+from testbed.plan.profiles import (
     DEFAULT_CLASSES,
     DEFAULT_PRIORITY,
     MAX_PAUSE_QUANTA,
@@ -68,8 +75,6 @@ from testbed.qos.profiles import (
     QueueConfig,
     TrafficClass,
 )
-from testbed.topology.base import AGGREGATION, CORE, EDGE, Fabric, intf_name
-from testbed.topology.fattree import fat_tree
 
 RATE_MBIT = 20.0
 MTU = 1500
@@ -984,7 +989,7 @@ def test_feeders_are_exactly_the_ports_ecmp_paths_use(fab):
 def test_rail_port_routes_are_covered_by_the_feeders():
     """A rail fabric's node switches send a GPU's traffic out of its own rail's NIC whatever
     the shortest paths say; the feeders may pause more than that, never less."""
-    from controllers.routing import compute_rules
+    from testbed.controllers.routing.ecmp import compute_rules
 
     fab = topology.build("rail", nodes=3, gpus_per_node=2, spines=2, host_rate_mbit=RATE_MBIT)
     feeders = feeding_ports(fab)

@@ -9,8 +9,7 @@ import json
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.fidelity import judge
-from testbed.pfc_demo import (
+from testbed.experiments.pfc.run import (
     CONDITIONS,
     CONGESTED,
     LOSSY,
@@ -30,9 +29,10 @@ from testbed.pfc_demo import (
     spreading,
     verdict,
 )
-from testbed.qos.pfc_control import PAUSE, RESUME, switch_fan_in
-from testbed.qos.profiles import StepEcn
-from testbed.qos.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_headroom_bytes
+from testbed.measure.fidelity import judge
+from testbed.plan.pfc import PAUSE, RESUME, switch_fan_in
+from testbed.plan.profiles import StepEcn
+from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_headroom_bytes
 
 # The k=4 fat-tree the demo runs on: k^3/4 hosts, 5k^2/4 switches, 3k^3/4 links.
 HOSTS, SWITCHES, LINKS = 16, 20, 48
@@ -490,7 +490,7 @@ def test_plot_without_pauses(tmp_path, conditions):
 
 
 def test_verdict_claims_nothing_for_pauses_that_never_happened():
-    from testbed.pfc_demo import ConditionResult, verdict
+    from testbed.experiments.pfc.run import ConditionResult, verdict
 
     def run(condition, paused_s):
         return ConditionResult(condition, {}, {}, {}, victim_alone_mbit=19.0, victim_mbit=9.0,

@@ -1,4 +1,4 @@
-"""The polling thread the controller's apps share (controllers.poller), on real threads with
+"""The polling thread the controller's apps share (testbed.controllers.apps.poller), on real threads with
 no switch: it polls at its interval from ``start``, ends with ``stop``, ``close`` closes the
 report file, and an app that has no work for it gets none; os-ken still loads each app, not
 the base class, from its module; and each app keeps its own rule for when it polls."""
@@ -11,12 +11,17 @@ import time
 import pytest
 from os_ken.base import app_manager
 
-from controllers.config import ENV_FABRIC, ENV_PORT_STATS, ENV_ROUTING, ENV_WIRING
-from controllers.dragonfly_routing import UGAL
-from controllers.lldp_app import LldpApp
-from controllers.poller import PollingApp
-from controllers.port_stats_app import PortStatsApp
-from testbed.topology.fattree import fat_tree
+from testbed.controllers.apps.config import (
+    ENV_FABRIC,
+    ENV_PORT_STATS,
+    ENV_ROUTING,
+    ENV_WIRING,
+)
+from testbed.controllers.apps.lldp_app import LldpApp
+from testbed.controllers.apps.poller import PollingApp
+from testbed.controllers.apps.port_stats_app import PortStatsApp
+from testbed.controllers.routing.dragonfly import UGAL
+from testbed.model.topology.fattree import fat_tree
 
 INTERVAL_S = 0.01
 POLLS = 5
@@ -80,8 +85,8 @@ def test_an_app_with_nothing_to_poll_gets_no_thread():
 
 def test_os_ken_loads_each_app_not_the_base_class():
     manager = app_manager.AppManager()
-    assert manager.load_app("controllers.lldp_app") is LldpApp
-    assert manager.load_app("controllers.port_stats_app") is PortStatsApp
+    assert manager.load_app("testbed.controllers.apps.lldp_app") is LldpApp
+    assert manager.load_app("testbed.controllers.apps.port_stats_app") is PortStatsApp
 
 
 @pytest.mark.parametrize(("files", "routing", "lldp_polls", "stats_polls"), [

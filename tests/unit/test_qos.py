@@ -18,11 +18,11 @@ from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
-from testbed.capabilities import Platform, choose_paths, probe_capabilities
 import testbed.errors as errors
+from testbed.capabilities import Platform, choose_paths, probe_capabilities
 from testbed.errors import ConfigError
-from testbed.qos import ecn_plan, profiles, scaling
-from testbed.qos.ecn_plan import (
+from testbed.plan import ecn_plan, profiles, scaling
+from testbed.plan.ecn_plan import (
     BPF_SOURCE,
     CONFIG_LAYOUT,
     COUNTERS_LAYOUT,
@@ -48,7 +48,7 @@ from testbed.qos.ecn_plan import (
     red_parameters,
     unpack_value,
 )
-from testbed.qos.pfc import (
+from testbed.plan.pfc_frames import (
     PFC_DST_MAC,
     parse_pfc_frame,
     pause_duration_s,
@@ -57,7 +57,7 @@ from testbed.qos.pfc import (
     xoff_frame,
     xon_frame,
 )
-from testbed.qos.profiles import (
+from testbed.plan.profiles import (
     DEFAULT_CLASSES,
     U32_MAX,
     PfcConfig,
@@ -600,7 +600,7 @@ def test_makefile_builds_with_the_same_command(tmp_path):
     assert out.returncode == 0, out.stderr
     clang_lines = [shlex.split(line) for line in out.stdout.splitlines()
                    if line.startswith("clang ")]
-    assert clang_lines == [compile_command(Path("testbed/qos/bpf/ecn_marker.c"),
+    assert clang_lines == [compile_command(Path("testbed/apply/bpf/ecn_marker.c"),
                                            tmp_path / "ecn_marker.o")]
 
 

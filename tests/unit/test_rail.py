@@ -9,20 +9,37 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-
-from controllers.forwarding import (PRIORITY_DELIVERY, PRIORITY_PORT_ROUTE, PRIORITY_ROUTE,
-                                    route_priority)
-from controllers.routing import ECMP, MODES, SINGLE, PortRoute, compute_rules
 from fabric_walk import Walker
+
+from testbed.controllers.routing.ecmp import (
+    ECMP,
+    MODES,
+    SINGLE,
+    PortRoute,
+    compute_rules,
+)
+from testbed.controllers.routing.forwarding import (
+    PRIORITY_DELIVERY,
+    PRIORITY_PORT_ROUTE,
+    PRIORITY_ROUTE,
+    route_priority,
+)
 from testbed.errors import ConfigError
-from testbed.scenario import load_scenario
-from testbed.topology import build
-from testbed.topology.base import (HOST, LEAF, LINUX_IFNAMSIZ_CHARS, NVSWITCH, SPINE, Fabric,
-                                   Node)
-from testbed.topology.checks import check_interface_names
-from testbed.topology.describe import describe, formulas, tier_layout
-from testbed.topology.nvswitch import nic_port
-from testbed.topology.rail import rail, rail_ports
+from testbed.harness.scenario import load_scenario
+from testbed.model.topology import build
+from testbed.model.topology.base import (
+    HOST,
+    LEAF,
+    LINUX_IFNAMSIZ_CHARS,
+    NVSWITCH,
+    SPINE,
+    Fabric,
+    Node,
+)
+from testbed.model.topology.checks import check_interface_names
+from testbed.model.topology.describe import describe, formulas, tier_layout
+from testbed.model.topology.nvswitch import nic_port
+from testbed.model.topology.rail import rail, rail_ports
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [(nodes, gpus, spines) for nodes in (1, 2, 3, 4, 7) for gpus in (1, 2, 4, 8)

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from testbed.report import format_summary, write_results
-from testbed.telemetry import link_directions
-from testbed.topology.fattree import fat_tree
+from testbed.experiments.allreduce.report import format_summary, write_results
+from testbed.measure.telemetry import link_directions
+from testbed.model.topology.fattree import fat_tree
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def make_summary(results_dir: str = "results/run-1", verified: bool = True,
                  trustworthy: bool = True) -> dict:
-    """A summary shaped like testbed.experiment.allreduce_summary's, for a 16-rank ring."""
+    """A summary shaped like testbed.experiments.allreduce.run.allreduce_summary's, for a 16-rank ring."""
     reasons = (["CPU 40% busy, busiest link at 93% of its rate"] if trustworthy
                else ["machine CPU 99% busy (limit 95%)", "the emulator lost packets"])
     return {

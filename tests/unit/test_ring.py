@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from traffic.allreduce import allreduce, allreduce_channels, barrier, recv_exact
-from traffic.ring import (
+from testbed.traffic.allreduce import allreduce, allreduce_channels, barrier, recv_exact
+from testbed.traffic.ring import (
     COPY,
     REDUCE,
     algbw_gbyte,

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
-
-from controllers.routing import ECMP, MODES, SINGLE, Route, SwitchRules, arp_table, compute_rules
 from fabric_walk import Walker, out_ports, route_table
-from testbed.topology.base import Fabric
-from testbed.topology.fattree import AGGREGATION, CORE, EDGE, fat_tree
+
+from testbed.controllers.routing.ecmp import (
+    ECMP,
+    MODES,
+    SINGLE,
+    Route,
+    SwitchRules,
+    arp_table,
+    compute_rules,
+)
+from testbed.model.topology.base import Fabric
+from testbed.model.topology.fattree import AGGREGATION, CORE, EDGE, fat_tree
 
 KS = [4, 6]
 

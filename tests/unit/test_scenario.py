@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.experiment import RunConfig
-from testbed.scenario import config_from_dict, load_scenario, read_scenario
+from testbed.experiments.allreduce.run import RunConfig
+from testbed.harness.scenario import config_from_dict, load_scenario, read_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_SCENARIO = REPO / "scenarios" / "fattree-allreduce.yaml"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import testbed.apply.state as state
 import testbed.errors as errors
-import testbed.state as state
+from testbed.apply.state import Ledger, RunLock, kill_processes, process_start_ticks
 from testbed.errors import BusyError
-from testbed.state import Ledger, RunLock, kill_processes, process_start_ticks
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD_READY_TIMEOUT_S = 20.0
@@ -79,7 +79,7 @@ def wait_gone(pid: int, ticks: int, timeout_s: float = CHILD_EXIT_TIMEOUT_S) -> 
 
 
 def test_state_paths_follow_the_environment(state_dir):
-    code = "import testbed.state as s; print(s.STATE_DIR, s.LOCK_PATH, s.LEDGER_PATH)"
+    code = "import testbed.apply.state as s; print(s.STATE_DIR, s.LOCK_PATH, s.LEDGER_PATH)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "TESTBED_STATE_DIR": str(state_dir)},
                          timeout=CHILD_EXIT_TIMEOUT_S, check=True).stdout
@@ -173,7 +173,7 @@ def test_lock_is_released_when_the_block_raises(state_dir):
 def test_lock_of_a_killed_holder_is_free(state_dir, children):
     holder_code = textwrap.dedent("""
         import sys
-        from testbed.state import RunLock
+        from testbed.apply.state import RunLock
         with RunLock("child-run"):
             print("held", flush=True)
             sys.stdin.read()

@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.telemetry import Direction, Series, link_directions, window_mean, window_rates_mbit
-from testbed.topology.fattree import fat_tree
+from testbed.measure.telemetry import (
+    Direction,
+    Series,
+    link_directions,
+    window_mean,
+    window_rates_mbit,
+)
+from testbed.model.topology.fattree import fat_tree
 
 RATE_REL_TOL = 1e-9
 

@@ -8,13 +8,19 @@ from collections import defaultdict
 
 import networkx as nx
 import pytest
+from fabric_walk import ports_by_node
 
 from testbed.errors import ConfigError
-from testbed.topology import BUILDERS, build
-from testbed.topology.base import Fabric, Link, Node, host_address, intf_name
-from testbed.topology.describe import describe, format_description
-from testbed.topology.fattree import AGGREGATION, CORE, EDGE, fat_tree, switch_dpid
-from fabric_walk import ports_by_node
+from testbed.model.topology import BUILDERS, build
+from testbed.model.topology.base import Fabric, Link, Node, host_address, intf_name
+from testbed.model.topology.describe import describe, format_description
+from testbed.model.topology.fattree import (
+    AGGREGATION,
+    CORE,
+    EDGE,
+    fat_tree,
+    switch_dpid,
+)
 
 KS = [2, 4, 6, 8, 10, 12]
 LINUX_IFNAMSIZ_CHARS = 15  # IFNAMSIZ (16) minus the terminating NUL

@@ -11,22 +11,36 @@ from itertools import combinations
 
 import networkx as nx
 import pytest
+from fabric_walk import Walker, ports_by_node
 
-from controllers.routing import ECMP, SINGLE, compute_rules
-from fabric_walk import Walker
+from testbed.controllers.routing.ecmp import ECMP, SINGLE, compute_rules
 from testbed.errors import ConfigError
-from testbed.topology import BUILDERS, build
-from testbed.topology.base import (HOST, LEAF, LINUX_IFNAMSIZ_CHARS, NVSWITCH, ROLE_CODES,
-                                   ROUTER, SPINE, SUPERSPINE, Fabric, Link)
-from testbed.topology.clos import clos
-from testbed.topology.describe import (bisection_bandwidth_mbit, describe, draw,
-                                       format_description, tier_layout)
-from testbed.topology.dragonfly import dragonfly, global_peer
-from testbed.topology.fattree import fat_tree
-from testbed.topology.limits import MAX_HOSTS, MAX_VETH_ENDS, check_fits
-from testbed.topology.nvswitch import gpu_address, nvswitch_nodes
-from testbed.topology.spineleaf import spine_leaf
-from fabric_walk import ports_by_node
+from testbed.model.topology import BUILDERS, build
+from testbed.model.topology.base import (
+    HOST,
+    LEAF,
+    LINUX_IFNAMSIZ_CHARS,
+    NVSWITCH,
+    ROLE_CODES,
+    ROUTER,
+    SPINE,
+    SUPERSPINE,
+    Fabric,
+    Link,
+)
+from testbed.model.topology.clos import clos
+from testbed.model.topology.describe import (
+    bisection_bandwidth_mbit,
+    describe,
+    draw,
+    format_description,
+    tier_layout,
+)
+from testbed.model.topology.dragonfly import dragonfly, global_peer
+from testbed.model.topology.fattree import fat_tree
+from testbed.model.topology.limits import MAX_HOSTS, MAX_VETH_ENDS, check_fits
+from testbed.model.topology.nvswitch import gpu_address, nvswitch_nodes
+from testbed.model.topology.spineleaf import spine_leaf
 
 # (kind, parameters): every family at a few sizes; all must satisfy the common invariants
 ZOO = [

@@ -1,4 +1,4 @@
-"""UGAL at flow granularity (controllers.ugal), without a switch: the candidate paths are the
+"""UGAL at flow granularity (testbed.controllers.routing.ugal), without a switch: the candidate paths are the
 ones the switches' rules carry a placed flow along; the choice is UGAL's q*H rule with its
 bias; flows arriving one by one on the adversarial shift pattern spread over the global links
 while uniform traffic mostly stays minimal, and the fluid model says what that delivers;
@@ -9,9 +9,9 @@ rule of a placed flow on the wire, the first packet read back as a flow, and the
 handlers on a fake connection, which install that rule and never send the packet again.
 
 Two fluid-model figures are reported for a set of placements, from the loads
-controllers.dragonfly_routing.link_loads_mbit gives each pair on the path it was placed on:
+testbed.controllers.routing.dragonfly.link_loads_mbit gives each pair on the path it was placed on:
   - ``busiest_fraction``: 1 / the busiest link's utilisation, as
-    testbed.dragonfly_compare.predicted_fraction reads the fluid model (every flow slowed by
+    testbed.experiments.dragonfly.run.predicted_fraction reads the fluid model (every flow slowed by
     the worst link anywhere);
   - ``max_min_fraction``: the max-min fair rates of the flows (progressive filling, what
     long TCP flows tend to), summed over the host links' capacity. On p=1 a=3 h=2 g=7 it
@@ -25,30 +25,63 @@ import random
 from statistics import mean
 
 import pytest
+from fabric_walk import FlowWalker
 from os_ken.lib.packet import ethernet, icmp, ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_parser, ofproto_protocol, ofproto_v1_3
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controllers.dragonfly_routing import (MINIMAL, PRIORITY_INGRESS, PRIORITY_MINIMAL,
-                                           PRIORITY_TAGGED, UGAL, VALIANT, FlowRule, Match,
-                                           Output, PushVlan, compute_dragonfly_rules,
-                                           dragonfly_view,
-                                           group_shift_traffic, intermediate_groups,
-                                           link_loads_mbit, link_utilisation, vlan_vid)
-from controllers.fabric_app import FabricApp, openflow_messages, transport_flow
-from controllers.fabric_state import FabricState
-from controllers.forwarding import Barrier, ToController, program_plan
-from controllers.ugal import (DATA_FLOW_WEIGHT, IP_PROTO_TCP, IP_PROTO_UDP,
-                              PRIORITY_PLACED_FLOW, PRIORITY_TO_CONTROLLER, REPLY_FLOW_WEIGHT,
-                              UGAL_BIAS_FLOW_HOPS, VALIANT_CANDIDATES, FlowKey, FlowPlacements,
-                              Path, TransportRule, candidate_paths, flow_weight, placement_plan,
-                              placement_rule, sampled_middles, to_controller_rules, ugal_choice)
-from fabric_walk import FlowWalker
-from testbed.hedera import index_pattern
-from testbed.topology.dragonfly import dragonfly
+from testbed.controllers.apps.fabric_app import (
+    FabricApp,
+    openflow_messages,
+    transport_flow,
+)
+from testbed.controllers.routing.dragonfly import (
+    MINIMAL,
+    PRIORITY_INGRESS,
+    PRIORITY_MINIMAL,
+    PRIORITY_TAGGED,
+    UGAL,
+    VALIANT,
+    FlowRule,
+    Match,
+    Output,
+    PushVlan,
+    compute_dragonfly_rules,
+    dragonfly_view,
+    group_shift_traffic,
+    intermediate_groups,
+    link_loads_mbit,
+    link_utilisation,
+    vlan_vid,
+)
+from testbed.controllers.routing.fabric_state import FabricState
+from testbed.controllers.routing.forwarding import Barrier, ToController, program_plan
+from testbed.controllers.routing.ugal import (
+    DATA_FLOW_WEIGHT,
+    IP_PROTO_TCP,
+    IP_PROTO_UDP,
+    PRIORITY_PLACED_FLOW,
+    PRIORITY_TO_CONTROLLER,
+    REPLY_FLOW_WEIGHT,
+    UGAL_BIAS_FLOW_HOPS,
+    VALIANT_CANDIDATES,
+    FlowKey,
+    FlowPlacements,
+    Path,
+    TransportRule,
+    candidate_paths,
+    flow_weight,
+    placement_plan,
+    placement_rule,
+    sampled_middles,
+    to_controller_rules,
+    ugal_choice,
+)
+from testbed.experiments.hedera.run import index_pattern
+from testbed.model.topology.dragonfly import dragonfly
 
 RATE_MBIT = 10.0
-DRAGONFLY = {"p": 1, "a": 3, "h": 2, "g": 7}  # testbed.dragonfly_compare's
+DRAGONFLY = {"p": 1, "a": 3, "h": 2, "g": 7}  # testbed.experiments.dragonfly.run's
 RANDOM_SEEDS = range(1, 11)
 # Shift pattern, flows arriving in host order, the default seed: what the placements reach.
 SHIFT_MIN_BUSIEST_FRACTION = 0.5    # minimal: 1/3 (three flows on one global link)

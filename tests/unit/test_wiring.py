@@ -10,6 +10,7 @@ import json
 import logging
 
 import pytest
+from fabric_walk import port_ends
 from os_ken.controller import ofp_event
 from os_ken.lib.packet import arp, ether_types, ethernet, lldp, packet
 from os_ken.ofproto import ofproto_protocol
@@ -17,20 +18,50 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from os_ken.topology.switches import LLDPPacket
 
-from controllers.config import (DEFAULT_WIRING_RECHECK_INTERVAL_S, ENV_FABRIC, ENV_WIRING,
-                                ENV_WIRING_RECHECK_INTERVAL, ControllerConfig)
-from controllers.fabric_state import FabricState
-from controllers.forwarding import (ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_LLDP, PRIORITY_LLDP,
-                                    FlowMatch, ToController)
-from controllers.wiring import (ABSENT, CHANGE, DOWN, MISSING, MISWIRED, OK, PERIODIC,
-                                RECHECK_INTERVAL_S, STATUSES, UNEXPECTED, CheckSchedule, Peer,
-                                PortVerdict, expected_neighbours, judge, lldp_frame, lldp_ports,
-                                parse_lldp, report_records, same_verdicts_as, status_counts,
-                                wiring_checks, wiring_summary)
-from fabric_walk import port_ends
-from testbed.topology import BUILDERS, build
-from testbed.topology.fattree import fat_tree
-from testbed.topology.spineleaf import spine_leaf
+from testbed.controllers.apps.config import (
+    DEFAULT_WIRING_RECHECK_INTERVAL_S,
+    ENV_FABRIC,
+    ENV_WIRING,
+    ENV_WIRING_RECHECK_INTERVAL,
+    ControllerConfig,
+)
+from testbed.controllers.routing.fabric_state import FabricState
+from testbed.controllers.routing.forwarding import (
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    ETH_TYPE_LLDP,
+    PRIORITY_LLDP,
+    FlowMatch,
+    ToController,
+)
+from testbed.controllers.routing.wiring import (
+    ABSENT,
+    CHANGE,
+    DOWN,
+    MISSING,
+    MISWIRED,
+    OK,
+    PERIODIC,
+    RECHECK_INTERVAL_S,
+    STATUSES,
+    UNEXPECTED,
+    CheckSchedule,
+    Peer,
+    PortVerdict,
+    expected_neighbours,
+    judge,
+    lldp_frame,
+    lldp_ports,
+    parse_lldp,
+    report_records,
+    same_verdicts_as,
+    status_counts,
+    wiring_checks,
+    wiring_summary,
+)
+from testbed.model.topology import BUILDERS, build
+from testbed.model.topology.fattree import fat_tree
+from testbed.model.topology.spineleaf import spine_leaf
 
 K = 4
 MAC = "02:00:00:00:00:01"
@@ -503,7 +534,7 @@ class SimulatedSwitches:
 
 def test_the_app_checks_what_the_switches_send_and_reports_a_swap(tree, tmp_path, monkeypatch,
                                                                   caplog):
-    from controllers.lldp_app import LldpApp
+    from testbed.controllers.apps.lldp_app import LldpApp
 
     fabric_json, report = tmp_path / "fabric.json", tmp_path / "wiring.jsonl"
     tree.dump_json(fabric_json)
@@ -545,7 +576,7 @@ def test_the_app_checks_what_the_switches_send_and_reports_a_swap(tree, tmp_path
 
 def test_the_app_rechecks_periodically_and_catches_a_swap_no_switch_reports(
         tree, tmp_path, monkeypatch, caplog):
-    from controllers.lldp_app import LldpApp
+    from testbed.controllers.apps.lldp_app import LldpApp
 
     fabric_json, report = tmp_path / "fabric.json", tmp_path / "wiring.jsonl"
     tree.dump_json(fabric_json)

@@ -1,0 +1,1 @@
+"""The thin layer that applies plans to the machine (root): namespaces and veths, the run's Open vSwitch, the controller process, tc/eBPF, the PFC pause agent, and the ledger that lets every run be cleaned up."""

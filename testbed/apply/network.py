@@ -1,0 +1,535 @@
+"""Bring a Fabric description to life: OVS switches, Mininet hosts, shaped links, a controller.
+
+This is the thin layer that applies plain data to the machine. The pure functions below turn
+the fabric description into plans (each host's set-up script, the root namespace's tc batch,
+one OVS transaction); ``FabricNetwork`` applies them in as few steps as possible:
+
+- hosts are Mininet hosts (a shell in its own network namespace), started together;
+- links are veth pairs made over netlink (pyroute2), the host end created directly inside
+  the host's namespace, never one ``ip`` process per interface;
+- every host configures its end (address, MTU, offloads, HTB rate, byte buffer) in one
+  command, all hosts in parallel;
+- the switch ends get their tc from one ``tc -batch``; all bridges, ports and controller
+  settings are one ``ovs-vsctl`` transaction (ports with the ``linux-noop`` QoS, so OVS keeps
+  the qdiscs);
+- with the userspace datapath the switches live in the run's own ovs-vswitchd
+  (testbed.apply.ovs.PrivateSwitchd), so tear-down is stopping two daemons and one netlink request
+  for every interface (veth ends and bridge taps share the run's link group).
+
+``FabricNetwork`` is a context manager: everything it creates is written to the run ledger
+before it exists, and leaving the ``with`` block (normally, by exception or by Ctrl-C) tears it
+all down. Userspace-datapath notes (PLATFORM.md): OVS forwards in ``ovs-vswitchd`` when the
+kernel module is missing; checksum and segmentation offloads must be off on every veth end
+or TCP stalls on unfinished partial checksums; jumbo frames cut the per-packet cost.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.apply import ovs
+from testbed.apply.controller import ControllerProcess
+from testbed.apply.marking import EcnMarking
+from testbed.apply.pfc_runtime import (
+    PauseAgentProcess,
+    lossless_queue_drops,
+    pfc_totals,
+)
+from testbed.apply.state import (
+    STATE_DIR,
+    Ledger,
+    kill_processes,
+    netns_inode,
+    process_start_ticks,
+    processes_in_netns,
+)
+from testbed.errors import TestbedError
+from testbed.model.topology.base import Fabric
+from testbed.plan import class_plan
+from testbed.plan.profiles import PFC_CLASSES, QueueConfig
+from testbed.plan.settings import SYSCTL_TCP_CC, sysctl_lines
+
+BUFFER_HANDLE = "10:"  # the per-port drop-tail buffer's tc handle
+# Every queue that drops: the single buffer, or one per traffic class.
+BUFFER_HANDLES = frozenset({BUFFER_HANDLE, *(class_plan.leaf_handle(p)
+                                             for p in range(PFC_CLASSES))})
+OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
+OVS_TIMEOUT_S = 120
+DRAIN_TIMEOUT_S = 5.0  # after traffic stops, for paused queues to empty (wait_switches_drained)
+DRAIN_POLL_S = 0.05
+# Interface group of every root-namespace veth end a run makes: one netlink request then
+# deletes them all in a single batched unregister instead of one RCU wait per interface.
+LINK_GROUP = 0x7E57
+PROBE_RATE_PPS = 4000  # fabric-wide reachability probes per second (see ping_all)
+HOST_START_THREADS = 16
+# Feature names (ethtool -k) that OFFLOADS_OFF turns off: checksums, segmentation, GRO.
+OFFLOAD_FEATURE_PREFIXES = ("tx-checksum", "rx-checksum", "tx-tcp", "tx-udp-segmentation",
+                            "tx-generic-segmentation", "rx-gro")
+# Buffers of the packet sockets OVS's userspace datapath uses. Receive (one per port): the
+# kernel default (~13 jumbo frames) overflows whenever ovs-vswitchd is descheduled for a few
+# tens of ms on a busy 2-core machine. Send (one socket for all ports, opened on the first
+# packet sent): every frame waiting in any port's egress queue is charged to it, so with the
+# default 208 KiB, congested switch queues make the kernel refuse frames before they reach
+# the emulated queue (measured: 3.6% of a dragonfly ring's packets, uncounted anywhere).
+PORT_SOCKET_BUFFER_BYTES = 16 * 1024 * 1024
+SOCKET_DEFAULTS = ("/proc/sys/net/core/rmem_default", "/proc/sys/net/core/wmem_default")
+ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+# Expedited RCU grace periods while the fabric comes up and goes down. Binding and closing a
+# packet socket (one per OVS port) and moving or deleting an interface each wait for an RCU
+# grace period (synchronize_net); normal grace periods cost tens of ms each on these
+# machines, so a k=8 fat-tree's 256 ports cost seconds. Restored before any workload runs.
+FAST_RCU = {"/sys/kernel/rcu_expedited": "1"}
+
+
+def allowed_congestion_control(host_sysctls: dict[str, str]) -> dict[str, str]:
+    """The root namespace's allowed list with the hosts' congestion control added, while the
+    hosts set it: a network namespace other than the first may only make an *allowed*
+    algorithm its default (the kernel answers EPERM, seen as an I/O error, otherwise)."""
+    wanted = host_sysctls.get(SYSCTL_TCP_CC)
+    if wanted is None:
+        return {}
+    allowed = Path(ALLOWED_CC).read_text().split()
+    return {} if wanted in allowed else {ALLOWED_CC: " ".join([*allowed, wanted])}
+
+
+def socket_buffer_settings(nbytes: int) -> dict[str, str]:
+    """Default socket buffers of ``nbytes``: raised while OVS opens its port sockets."""
+    return {path: str(nbytes) for path in SOCKET_DEFAULTS}
+
+
+def default_buffer_bytes(rate_mbit: float, mtu_bytes: int) -> int:
+    """Egress buffer of a port: 50 ms at the link rate, and never under 8 full frames."""
+    return max(8 * mtu_bytes, int(rate_mbit * 1e6 / 8 * 0.050))
+
+
+def shaping_commands(intf: str, rate_mbit: float | None, mtu_bytes: int,
+                     queue: QueueConfig | None = None) -> list[str]:
+    """tc commands (without the leading ``tc``) giving ``intf`` an HTB rate and a byte-sized
+    drop-tail buffer, or, when ``queue`` asks for traffic classes, one buffer per class
+    (``testbed.plan.class_plan``); none for an unshaped link."""
+    if rate_mbit is None:
+        return []
+    burst = 2 * mtu_bytes
+    quantum = mtu_bytes + 64  # at least one frame per round, so jumbo frames are not starved
+    classes = queue is not None and queue.uses_classes
+    default_minor = class_plan.default_class_minor() if classes else 1
+    return [
+        f"qdisc replace dev {intf} root handle 5: htb default {default_minor:x}",
+        f"class replace dev {intf} parent 5: classid 5:1 htb rate {rate_mbit}mbit "
+        f"burst {burst} cburst {burst} quantum {quantum}",
+        f"qdisc replace dev {intf} parent 5:1 handle {BUFFER_HANDLE} bfifo "
+        f"limit {default_buffer_bytes(rate_mbit, mtu_bytes)}",
+        *(class_plan.class_commands(intf, rate_mbit, mtu_bytes, queue) if classes else []),
+    ]
+
+
+def qdisc_drops(tc_json: str) -> int:
+    """Packets dropped by the link buffers in ``tc -s -j qdisc show`` output (the HTB parent
+    repeats its children's drops, so only the buffers themselves are counted)."""
+    return sum(q.get("drops", 0) for q in json.loads(tc_json or "[]")
+               if q.get("handle") in BUFFER_HANDLES)
+
+
+def qdisc_backlog_packets(tc_json: str) -> int:
+    """Packets waiting in the link buffers in ``tc -s -j qdisc show`` output."""
+    return sum(q.get("qlen", 0) for q in json.loads(tc_json or "[]")
+               if q.get("handle") in BUFFER_HANDLES)
+
+
+def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None,
+                queue: QueueConfig | None = None) -> str:
+    """Everything one host does to its end of its link, as a shell script of three processes
+    (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
+    ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
+    so they go away with it."""
+    node = fabric.nodes[host]
+    link, end = fabric.host_link(host)
+    intf = link.intf(end)
+    # Static ARP for every other host (Mininet's --arp): the fabric never floods, and a large
+    # fabric's first packets do not all queue at the controller at once.
+    ip_batch = [
+        "link set lo up",
+        f"link set dev {intf} address {node.mac} mtu {fabric.mtu_bytes}",
+        f"addr add {node.ip}/8 dev {intf}",
+        f"link set dev {intf} up",
+        *(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
+          for h in fabric.hosts if h.name != host),
+    ]
+    # With traffic classes, a host's egress has the same class queues as a switch port, so
+    # that PFC can pause its lossless class.
+    tc_batch = shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes,
+                                queue if queue is not None and queue.uses_classes else None)
+    lines = [
+        "set -e",
+        # IPv6 off before the link comes up: no DAD or router solicitations on the fabric.
+        "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6",
+        "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+        *sysctl_lines(sysctls or {}),
+        "ip -batch - <<'EOF'", *ip_batch, "EOF",
+        f"ethtool -K {intf} {' '.join(OFFLOADS_OFF)} >/dev/null 2>&1 || true",
+        *(["tc -batch - <<'EOF'", *tc_batch, "EOF"] if tc_batch else []),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def switch_tc_batch(fabric: Fabric, queue: QueueConfig | None = None) -> str:
+    """``tc -batch`` input shaping every switch-side interface (root namespace)."""
+    lines = [cmd for _, _, intf, link in fabric.switch_ends()
+             for cmd in shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes, queue)]
+    return "\n".join(lines) + "\n"
+
+
+def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) -> list[str]:
+    """One ``ovs-vsctl`` argument list creating every bridge, port and controller setting.
+
+    Every port gets the ``linux-noop`` QoS: OVS then leaves the port's qdiscs alone. Without
+    it, OVS deletes the root qdisc of each port it takes over, and the shaping could only
+    be applied after OVS had finished, not while the fabric is being built."""
+    ports: dict[str, list[tuple[int, str]]] = {s.name: [] for s in fabric.switches}
+    for switch, port, intf, _ in fabric.switch_ends():
+        ports[switch].append((port, intf))
+    args: list[str] = ["--", "--id=@noop", "create", "qos", "type=linux-noop"]
+    for sw in fabric.switches:
+        args += ["--", "--if-exists", "del-br", sw.name, "--", "add-br", sw.name,
+                 "--", "set", "bridge", sw.name, f"datapath_type={datapath_type}",
+                 "protocols=OpenFlow13", "fail_mode=secure",
+                 f"other-config:datapath-id={sw.dpid:016x}", f"other-config:dp-desc={sw.name}",
+                 "other-config:disable-in-band=true",
+                 "--", "set-controller", sw.name, f"tcp:127.0.0.1:{controller_port}"]
+        for port, intf in sorted(ports[sw.name]):
+            args += ["--", "add-port", sw.name, intf, "qos=@noop",
+                     "--", "set", "interface", intf, f"ofport_request={port}"]
+    return args[1:]  # drop the leading "--"
+
+
+@dataclass
+class Timings:
+    """Seconds spent: building (hosts, links, switches, configuration, all overlapped),
+    then waiting until the controller has programmed every switch, and tearing down."""
+
+    build_s: float = 0.0
+    programmed_s: float = 0.0
+    stop_s: float = 0.0
+
+
+# -- apply ----------------------------------------------------------------------------------
+
+class FabricNetwork:
+    """A running emulation of ``fabric``; use as ``with FabricNetwork(...) as net:``."""
+
+    def __init__(self, fabric: Fabric, workdir: Path, ledger: Ledger, datapath: str = "user",
+                 routing: str = "ecmp", log=print, queue: QueueConfig | None = None,
+                 ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None):
+        """``queue``: the queue every shaped switch port gets (buffer, ECN marking) on
+        ``ecn_path`` (None: this machine's choice); ``host_sysctls``: set in every host."""
+        self.fabric = fabric
+        self.workdir = workdir
+        self.ledger = ledger
+        self.datapath = datapath
+        self.routing = routing
+        self.log = log
+        self.hosts: dict[str, object] = {}  # name -> mininet.node.Host
+        self.controller: ControllerProcess | None = None
+        self.switchd: ovs.Switchd = (ovs.PrivateSwitchd(ledger, STATE_DIR / "ovs", log=log)
+                                     if datapath == "user" else ovs.SystemSwitchd(ledger, log))
+        self.timings = Timings()
+        self.host_sysctls = dict(host_sysctls or {})
+        self.queue = queue
+        self.marking = (EcnMarking(fabric, queue, ledger, ecn_path, log=log)
+                        if queue is not None else None)
+        self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
+                                      log=log)
+                    if queue is not None and queue.pfc is not None else None)
+
+    def __enter__(self) -> FabricNetwork:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _start(self) -> None:
+        fabric_json = self.workdir / "fabric.json"
+        self.fabric.dump_json(fabric_json)
+        self.ledger.add_names(interfaces=self.fabric.interface_names())
+        with self.ledger.kernel_settings(FAST_RCU):
+            self.switchd.start(self.workdir, self.bridges)
+            # The controller imports while the hosts and links are made; OVS needs it later.
+            self.controller = ControllerProcess(fabric_json, self.workdir, routing=self.routing)
+            self.ledger.add_process(self.controller.launch())
+
+            t0 = time.monotonic()
+            self._start_hosts()
+            self._create_links()
+            self.controller.wait_listening()
+            with self.ledger.kernel_settings(socket_buffer_settings(PORT_SOCKET_BUFFER_BYTES)):
+                # --no-wait: ovs-vswitchd builds the switches and the controller programs them
+                # while the hosts and ports are configured here; wait_programmed joins them.
+                self.switchd.vsctl(["--no-wait", *ovs_transaction(
+                    self.fabric, self.switchd.datapath_type, self.controller.port)], OVS_TIMEOUT_S)
+                self._configure_hosts()
+                self._disable_switch_offloads()
+                self._shape_switch_ends()
+                if self.marking is not None:
+                    self.marking.apply()
+                if self.pfc is not None:
+                    self.pfc.start({name: host.pid for name, host in self.hosts.items()})
+                self.timings.build_s = time.monotonic() - t0
+                self.timings.programmed_s = self.controller.wait_programmed(set(self.bridges))
+                self._group_bridge_taps()
+                self._first_packet()
+
+    def _first_packet(self) -> None:
+        """One ping across the fabric, so the datapath opens its send socket now."""
+        a, b = self.fabric.hosts[0], self.fabric.hosts[-1]
+        self.hosts[a.name].cmd("ping", "-c1", "-W2", b.ip)
+
+    @property
+    def bridges(self) -> list[str]:
+        return [s.name for s in self.fabric.switches]
+
+    def _group_bridge_taps(self) -> None:
+        """Put the bridges' own tap devices (userspace datapath) into the run's link group."""
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for tap in self.switchd.taps():
+                found = ipr.link_lookup(ifname=tap)
+                if found:
+                    ipr.link("set", index=found[0], group=LINK_GROUP)
+
+    def _start_hosts(self) -> None:
+        """One Mininet host (a shell in a new network namespace) per fabric host, started
+        by a pool of threads: each start is two round trips to a new shell."""
+        from mininet.node import Host
+
+        def start(name: str):
+            host = Host(name)
+            self.hosts[name] = host
+            return host
+
+        with ThreadPoolExecutor(HOST_START_THREADS) as pool:
+            futures = [pool.submit(start, node.name) for node in self.fabric.hosts]
+            for future in futures:
+                host = future.result()
+                self.ledger.processes[host.pid] = process_start_ticks(host.pid)
+        for host in self.hosts.values():
+            self.ledger.add_netns(host.pid)  # also saves the ledger
+
+    def _create_links(self) -> None:
+        """veth pairs over netlink; a host's end is born inside the host's namespace."""
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for link in self.fabric.links:
+                ends = [(link.intf(0), link.a), (link.intf(1), link.b)]
+                if self.fabric.nodes[link.a].is_host:
+                    ends.reverse()  # the root-namespace end is created, its peer is moved
+                (root_intf, _), (peer_intf, peer_node) = ends
+                # Root-namespace ends are born with their MTU and in the run's link group, and
+                # then all come up with one request for the whole group. Host ends get their
+                # MTU and come up in the host's own script.
+                peer = {"ifname": peer_intf}
+                if self.fabric.nodes[peer_node].is_host:
+                    peer["net_ns_pid"] = self.hosts[peer_node].pid
+                else:
+                    peer.update(mtu=self.fabric.mtu_bytes, group=LINK_GROUP)
+                ipr.link("add", ifname=root_intf, kind="veth", peer=peer,
+                         mtu=self.fabric.mtu_bytes, group=LINK_GROUP)
+            ipr.link("set", index=0, group=LINK_GROUP, state="up")
+
+    def root_interfaces(self) -> list[str]:
+        """Interfaces in the root namespace: the switch ends of every link."""
+        return [intf for _, _, intf, _ in self.fabric.switch_ends()]
+
+    def _configure_hosts(self) -> None:
+        """Every host runs its set-up script; all hosts at once. Scripts go through files:
+        a host shell reads commands from a terminal, whose lines are capped at 4 KiB."""
+        scripts = self.workdir / "host-setup"
+        scripts.mkdir(exist_ok=True)
+        failed = []
+        with self.ledger.kernel_settings(allowed_congestion_control(self.host_sysctls)):
+            for name, host in self.hosts.items():
+                path = scripts / f"{name}.sh"
+                path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue))
+                host.sendCmd(f"sh {path}; echo rc=$?")
+            for name, host in self.hosts.items():
+                out = host.waitOutput()
+                if "rc=0" not in out:
+                    failed.append(f"{name}: {out.strip()[-200:]}")
+        if failed:
+            raise TestbedError(f"host set-up failed on {len(failed)} hosts; first: {failed[0]}")
+
+    def _disable_switch_offloads(self) -> None:
+        """Offloads off on every switch end (what ``ethtool -K`` with OFFLOADS_OFF does), over
+        the ethtool ioctl from this process: about a millisecond per port."""
+        from pyroute2.ethtool import Ethtool
+
+        ethtool = Ethtool()
+        try:
+            for name in self.root_interfaces():
+                features = ethtool.get_features(name)
+                for feature, state in features.features.items():
+                    if feature.startswith(OFFLOAD_FEATURE_PREFIXES):
+                        state.enable = False
+                ethtool.set_features(name, features)
+        finally:
+            ethtool.close()
+
+    def _shape_switch_ends(self) -> None:
+        """Rates and buffers on every switch end, from one ``tc -batch``."""
+        out = subprocess.run(["tc", "-batch", "-"], input=switch_tc_batch(self.fabric, self.queue),
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise TestbedError(f"tc could not shape the switch ports: {out.stderr.strip()[-300:]}")
+
+    # -- use --------------------------------------------------------------------------------
+    def host(self, name: str):
+        return self.hosts[name]
+
+    def popen(self, host: str, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Start a process inside a host's namespace, recorded in the ledger."""
+        proc = self.hosts[host].popen(argv, **kwargs)
+        self.ledger.add_process(proc.pid)
+        return proc
+
+    def ping_all(self, timeout_ms: int = 1000, retries: int = 3) -> tuple[int, int]:
+        """Prove every pair of hosts reachable, both ways; returns (probes, answered).
+
+        Each host pings the next half of the host list (cyclically): an answered echo proves
+        the route there and the route back, so n*(n-1)/2 probes, about, cover all n*(n-1)
+        ordered pairs. All hosts probe at once, paced (fping -i) so that the fabric-wide
+        probe rate stays within PROBE_RATE_PPS: above it the userspace datapath, busy with
+        each new flow's first packet, loses probes and fping's retries cost whole seconds."""
+        hosts = self.fabric.hosts
+        ips = [h.ip for h in hosts]
+        reach = len(hosts) // 2
+        interval_ms = max(1, math.ceil(len(hosts) * 1000 / PROBE_RATE_PPS))
+        targets = {}
+        for i, node in enumerate(hosts):
+            targets[node.name] = [ips[(i + d) % len(hosts)] for d in range(1, reach + 1)]
+            if not targets[node.name]:
+                continue
+            self.hosts[node.name].sendCmd(
+                f"fping -a -q -i {interval_ms} -r {retries} -t {timeout_ms} "
+                + " ".join(targets[node.name]))
+        sent = received = 0
+        for node in hosts:
+            if not targets[node.name]:
+                continue
+            alive = set(self.hosts[node.name].waitOutput().split())
+            sent += len(targets[node.name])
+            received += len(alive & set(targets[node.name]))
+        return sent, received
+
+    def queue_drops(self) -> int:
+        """Packets dropped so far by the emulated egress queues, hosts and switches."""
+        total = self.switch_counters()["queue_drops"]
+        for host in self.hosts.values():
+            total += qdisc_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"))
+        return total
+
+    def pfc_summary(self) -> dict:
+        """PFC so far: pause frames sent and received, time paused, storms (from the pause
+        agent) and drops in the lossless queues, switches and hosts (which must stay 0)."""
+        if self.pfc is None:
+            raise TestbedError("this fabric runs without PFC (its queue has no pfc thresholds)")
+        summary = pfc_totals(self.pfc.counters())
+        root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
+        drops = lossless_queue_drops(root.stdout, self.queue)
+        for host in self.hosts.values():
+            drops += lossless_queue_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"), self.queue)
+        summary["lossless_drops"] = drops
+        summary["agent_running"] = self.pfc.alive()
+        return summary
+
+    def wait_switches_drained(self, timeout_s: float = DRAIN_TIMEOUT_S) -> int:
+        """Wait until the switches' egress buffers are empty (a paused queue can hold its
+        packets for a while after the traffic stops), at most ``timeout_s``; returns the
+        packets still queued. Read before ``switch_counters``, so that packets in flight do
+        not count as lost in packet conservation."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True,
+                                  text=True)
+            queued = qdisc_backlog_packets(root.stdout)
+            if queued == 0 or time.monotonic() >= deadline:
+                return queued
+            time.sleep(DRAIN_POLL_S)
+
+    def switch_counters(self) -> dict[str, int]:
+        """Packets received and sent by all switch ports, and dropped by their egress queues:
+        the inputs of the packet-conservation check (testbed.measure.fidelity.emulator_losses)."""
+        totals = {"rx_packets": 0, "tx_packets": 0}
+        for name in self.root_interfaces():
+            for key in totals:
+                with open(f"/sys/class/net/{name}/statistics/{key}") as fh:
+                    totals[key] += int(fh.read())
+        root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
+        totals["queue_drops"] = qdisc_drops(root.stdout)
+        return totals
+
+    # -- tear-down --------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Remove everything this network created; safe to call at any point of bring-up."""
+        t0 = time.monotonic()
+        with self.ledger.kernel_settings(FAST_RCU):
+            self._tear_down()
+        self.timings.stop_s = time.monotonic() - t0
+
+    def _tear_down(self) -> None:
+        if self.pfc is not None:
+            self.pfc.stop()  # first: its sockets in the hosts' namespaces keep them alive
+        shells = {h.pid: process_start_ticks(h.pid) for h in self.hosts.values()}
+        inodes = {netns_inode(pid) for pid in shells} - {None}
+        # Hosts first, with whatever their commands left running: their namespaces then take
+        # the host links along, in one batch per namespace.
+        kill_processes({pid: t for pid, t in processes_in_netns(inodes).items()
+                        if pid not in shells}, self.log)
+        for host in self.hosts.values():
+            host.terminate()
+        kill_processes({pid: t for pid, t in shells.items() if t is not None}, self.log)
+        self.hosts = {}
+        self.switchd.stop()
+        if self.marking is not None:
+            self.marking.remove()
+        self._delete_root_interfaces()
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+
+    def _delete_root_interfaces(self) -> None:
+        """Delete the switch ends (and with them their peers) and any bridge taps left by a
+        stopped private ovs-vswitchd: the whole link group in one request when it holds only
+        ours, else one by one."""
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        ours = set(self.root_interfaces()) | set(self.switchd.taps())
+        with IPRoute() as ipr:
+            grouped = {link.get_attr("IFLA_IFNAME") for link in ipr.get_links()
+                       if link.get_attr("IFLA_GROUP") == LINK_GROUP}
+            if grouped and grouped <= ours:
+                ipr.link("del", group=LINK_GROUP)
+            for name in ours:
+                found = ipr.link_lookup(ifname=name)
+                if found:
+                    try:
+                        ipr.link("del", index=found[0])
+                    except NetlinkError:
+                        pass  # its peer went first and took it along
+
+
+def check_root() -> None:
+    if os.geteuid() != 0:
+        raise TestbedError("this needs root (network namespaces, OVS): run it with sudo")

@@ -1,0 +1,569 @@
+"""The pause agent: the PFC logic of every emulated port, run as one process beside the
+switches (``python -m testbed.apply.pfc_agent PLAN WORKDIR``; started and stopped by PID by
+``testbed.apply.pfc_runtime``).
+
+Two threads, the two sides of ``testbed.plan.pfc``:
+
+- the **watcher** reads the backlog of every switch port's lossless queues every ``poll_s``,
+  asking rtnetlink for exactly those qdiscs in one batch of requests; when a switch has a congested port
+  it sends real 802.1Qbb frames (``testbed.plan.pfc_frames``, built with scapy) out of its other
+  ports, on packet sockets that bypass the egress queue, as a MAC sends control frames;
+- the **listener** reads the frames that arrive on every interface that obeys pauses
+  (switch ports in the root namespace, host NICs in their hosts' namespaces), decodes them
+  with scapy and pauses or resumes the class's queue there (a tbf whose rate it changes,
+  ``testbed.plan.class_plan``), and resumes it when the quanta run out.
+
+Resuming needs a kick. While paused, the tbf's next send is due seconds away (a packet at
+the paused rate), and changing its rate does not make the kernel service the queue again:
+that only happens on the next enqueue to the interface. If every port that feeds the queue
+is itself paused (the queue was congested), no enqueue comes, and the queue would wait for
+an unrelated packet. So after each resume the agent sends one small frame through the
+interface's queue (``testbed.plan.pfc_frames.kick_frame``; its receiver drops it), which runs the
+qdisc at once.
+
+A frame is acted on only once it has crossed the link; the agent never shortcuts from the
+congested queue to the paused one. Output, in WORKDIR: ``pfc-events.jsonl`` (XOFF/XON sent,
+pause/resume applied, storms; monotonic seconds), ``pfc-queues.jsonl`` (lossless backlogs
+every ``QUEUE_SAMPLE_S`` while any is non-zero) and ``pfc-counters.json`` (per-interface
+totals, rewritten every ``SNAPSHOT_S`` and at exit; ``testbed.apply.pfc_runtime`` reads it).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+from testbed.plan import class_plan
+from testbed.plan.pfc import (
+    PAUSE,
+    RESUME,
+    XOFF,
+    AgentPlan,
+    PauseSender,
+    PauseTimer,
+    QueueWatch,
+    ports_to_pause,
+)
+from testbed.plan.pfc_frames import (
+    PFC_ETHERTYPE,
+    decode_pfc_frame,
+    kick_frame,
+    xoff_frame,
+    xon_frame,
+)
+
+EVENTS_FILE = "pfc-events.jsonl"
+QUEUES_FILE = "pfc-queues.jsonl"
+COUNTERS_FILE = "pfc-counters.json"
+READY_FILE = "pfc-agent.ready"
+NETNS_FILE = "pfc-netns.json"  # host -> path of its network namespace, written by the runtime
+SNAPSHOT_S = 0.2
+QUEUE_SAMPLE_S = 0.010
+SOL_PACKET = 263
+PACKET_QDISC_BYPASS = 20
+CLONE_NEWNET = 0x40000000
+# rtnetlink
+RTM_NEWQDISC, RTM_GETQDISC = 36, 38
+NLM_F_REQUEST, NLM_F_ECHO = 0x1, 0x8
+NLMSG_ERROR = 2
+TCA_STATS = 3
+NLMSG = struct.Struct("=IHHII")
+TCMSG = struct.Struct("=BBHiIII")
+RTATTR = struct.Struct("=HH")
+TC_STATS_BACKLOG = struct.Struct("=I")
+TC_STATS_BACKLOG_OFFSET = 32  # struct tc_stats: u64 bytes, u32 packets drops overlimits bps pps qlen backlog
+IDLE_WAKE_MS = 10
+SIOCGIFHWADDR = 0x8927
+REALTIME_PRIORITY = 10
+REALTIME_BUDGET_S = 0.5  # CPU time a real-time thread may use between two blocking calls
+REPLY_TIMEOUT_S = 1.0  # for rtnetlink's answers to the backlog requests
+SWITCH_INTERVAL_S = 0.0005  # let the listener in quickly while the watcher parses
+
+
+def _align4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+class QdiscBacklogs:
+    """Backlogs of chosen qdiscs (the lossless queues) from rtnetlink: one RTM_GETQDISC
+    request per queue, all in one message batch, answered one reply each; parsed only as far
+    as the backlog. (A dump of every qdisc in the namespace returned six times as many.)
+    NLM_F_ECHO asks for the reply: recent kernels answer a qdisc GET only to an echo request
+    or to listeners of the tc multicast group. A reply that never comes is an error after
+    ``REPLY_TIMEOUT_S``, not a silent hang."""
+
+    def __init__(self, wanted: set[tuple[int, int]]):
+        self.wanted = sorted(wanted)  # (ifindex, handle major)
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+        self.sock.bind((0, 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self.sock.settimeout(REPLY_TIMEOUT_S)
+        self.buf = bytearray(1 << 20)
+        self.seq = 0
+
+    def _requests(self) -> tuple[bytes, dict[int, tuple[int, int]]]:
+        parts, by_seq = [], {}
+        for key in self.wanted:
+            self.seq = (self.seq + 1) & 0xFFFFFFFF
+            ifindex, major = key
+            parts.append(NLMSG.pack(NLMSG.size + TCMSG.size, RTM_GETQDISC,
+                                    NLM_F_REQUEST | NLM_F_ECHO, self.seq, 0)
+                         + TCMSG.pack(0, 0, 0, ifindex, major << 16, 0, 0))
+            by_seq[self.seq] = key
+        return b"".join(parts), by_seq
+
+    def read(self) -> dict[tuple[int, int], int]:
+        request, pending = self._requests()
+        self.sock.send(request)
+        out: dict[tuple[int, int], int] = {}
+        while pending:
+            n = self.sock.recv_into(self.buf)
+            view = memoryview(self.buf)[:n]
+            off = 0
+            while off + NLMSG.size <= n:
+                length, mtype, _, seq, _ = NLMSG.unpack_from(view, off)
+                if length < NLMSG.size:
+                    break
+                key = pending.pop(seq, None)
+                if key is not None and mtype == RTM_NEWQDISC:
+                    out[key] = self._backlog(view, off + NLMSG.size + TCMSG.size, off + length)
+                elif key is not None and mtype == NLMSG_ERROR:
+                    err = ERRMSG.unpack_from(view, off + NLMSG.size)[0]
+                    raise OSError(-err, f"reading qdisc {key[1]:x}: on ifindex {key[0]}: "
+                                        f"{os.strerror(-err)}")
+                off += _align4(length)
+        return out
+
+    @staticmethod
+    def _backlog(view, start: int, end: int) -> int:
+        off = start
+        while off + RTATTR.size <= end:
+            alen, atype = RTATTR.unpack_from(view, off)
+            if alen < RTATTR.size:
+                break
+            if atype == TCA_STATS:
+                return TC_STATS_BACKLOG.unpack_from(view, off + RTATTR.size
+                                                    + TC_STATS_BACKLOG_OFFSET)[0]
+            off += _align4(alen)
+        return 0
+
+
+TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_TBF_PARMS, TCA_TBF_BURST = 1, 6
+NLA_F_NESTED = 0x8000
+NLM_F_ACK = 0x4
+TC_LINKLAYER_ETHERNET = 1
+RATESPEC = struct.Struct("=BBHhHI")  # struct tc_ratespec
+ERRMSG = struct.Struct("=i")
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    data = RTATTR.pack(RTATTR.size + len(payload), kind) + payload
+    return data + b"\0" * (_align4(len(data)) - len(data))
+
+
+def tbf_change_message(ifindex: int, handle: int, parent: int, rate_bytes_per_s: int,
+                       burst_bytes: int, limit_bytes: int, seq: int) -> bytes:
+    """RTM_NEWQDISC changing tbf ``handle`` in place (no create, no replace): the rate and
+    bucket given in bytes, so the kernel derives the bucket time itself (TCA_TBF_BURST)."""
+    rate = RATESPEC.pack(0, TC_LINKLAYER_ETHERNET, 0, 0, 0, rate_bytes_per_s)
+    qopt = rate + RATESPEC.pack(0, 0, 0, 0, 0, 0) + struct.pack("=III", limit_bytes, 0, 0)
+    options = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("=I", burst_bytes))
+    body = (TCMSG.pack(0, 0, 0, ifindex, handle, parent, 0) + _attr(TCA_KIND, b"tbf\0")
+            + _attr(TCA_OPTIONS | NLA_F_NESTED, options))
+    return NLMSG.pack(NLMSG.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK,
+                      seq, 0) + body
+
+
+def rate_bytes_per_s(rate: str) -> int:
+    """``class_plan``'s tbf rates ("1kbit", "20000kbit") in bytes per second."""
+    if not rate.endswith("kbit"):
+        raise ValueError(f"unexpected rate {rate!r}")
+    return int(rate[:-4]) * 1000 // 8
+
+
+class QdiscChanger:
+    """Changes qdiscs of one network namespace over its own rtnetlink socket."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        self.sock.bind((0, 0))
+        self.seq = 0
+
+    def change_tbf(self, ifindex: int, handle: int, parent: int, params: dict) -> None:
+        self.seq += 1
+        self.sock.send(tbf_change_message(ifindex, handle, parent,
+                                          rate_bytes_per_s(params["rate"]), params["burst"],
+                                          params["limit"], self.seq))
+        reply = self.sock.recv(4096)
+        _, mtype, _, _, _ = NLMSG.unpack_from(reply, 0)
+        if mtype == NLMSG_ERROR:
+            err = ERRMSG.unpack_from(reply, NLMSG.size)[0]
+            if err:
+                raise OSError(-err, f"tbf change on ifindex {ifindex}: {os.strerror(-err)}")
+
+
+def in_netns(path: str | None, make):
+    """``make()`` run in the network namespace at ``path`` (None: this one): sockets keep
+    the namespace they were made in. setns affects only the calling thread, so a throwaway
+    thread enters it."""
+    if path is None:
+        return make()
+    result: dict = {}
+
+    def enter():
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                result["error"] = OSError(ctypes.get_errno(), f"setns {path}")
+                return
+            result["value"] = make()
+        except Exception as exc:  # handed to the caller's thread
+            result["error"] = exc
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=enter)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def packet_socket(intf: str) -> socket.socket:
+    """A socket that receives the PFC frames arriving on ``intf`` and sends frames straight
+    to its driver, past the egress qdisc (a paused or full queue never holds a pause)."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(PFC_ETHERTYPE))
+    sock.bind((intf, PFC_ETHERTYPE))
+    sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+    sock.setblocking(False)
+    return sock
+
+
+def queued_socket(intf: str) -> socket.socket:
+    """A socket that sends frames into ``intf``'s egress queue, like any traffic, and
+    receives nothing."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    sock.bind((intf, 0))
+    sock.setblocking(False)
+    return sock
+
+
+def link_identity(intf: str) -> tuple[int, str]:
+    """(ifindex, MAC) of ``intf`` in the calling thread's namespace."""
+    return socket.if_nametoindex(intf), _read_mac(intf)
+
+
+def _read_mac(intf: str) -> str:
+    # /sys shows the namespace of whoever mounted it; ask the kernel through a socket instead
+    import fcntl
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        ifreq = fcntl.ioctl(sock.fileno(), SIOCGIFHWADDR, struct.pack("256s", intf.encode()[:15]))
+    return ":".join(f"{b:02x}" for b in ifreq[18:24])
+
+
+def realtime_priority() -> str:
+    """Run ahead of the emulation's busy processes: a pause that waits for a CPU behind
+    ovs-vswitchd and the traffic generators arrives too late for the headroom. The agent
+    sleeps between samples, so a real-time class costs the others only what it uses; should
+    a thread ever spin, RLIMIT_RTTIME ends the agent (SIGXCPU, then SIGKILL) once it has run
+    ``REALTIME_BUDGET_S`` without blocking, instead of starving the machine."""
+    try:
+        budget_us = int(REALTIME_BUDGET_S * 1e6)
+        resource.setrlimit(resource.RLIMIT_RTTIME, (budget_us, 2 * budget_us))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+        return "SCHED_FIFO"
+    except (OSError, AttributeError):
+        return "normal"
+
+
+class Agent:
+    """The pause agent of one running fabric."""
+
+    def __init__(self, plan: AgentPlan, workdir: Path, netns: dict[str, str]):
+        self.plan = plan
+        self.workdir = workdir
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.events: list[dict] = []
+        self.counters = {intf: {"xoff_sent": 0, "xon_sent": 0, "frames_received": 0}
+                         for intf in plan.interfaces}
+        self.send_times: dict[tuple[str, int], float] = {}  # (intf, prio) -> last XOFF sent
+        self.apply_ms: list[float] = []
+        self.sample_gaps_ms: list[float] = []  # between the starts of successive backlog reads
+        self.sockets: dict[str, socket.socket] = {}
+        self.kick_sockets: dict[str, socket.socket] = {}
+        self.frames: dict[tuple[str, int, str], bytes] = {}
+        self.max_backlog = {intf: 0 for intf in plan.interfaces}  # lossless, bytes
+        self.switch_of = {intf: switch for switch, ports in plan.switch_ports.items()
+                          for intf in ports}
+        # Check for due refreshes four times per refresh interval: a pause is repeated
+        # between half and five eighths of its length, never after it ran out.
+        self.refresh_check_s = min((plan.refresh_s(i) for i in self.switch_of), default=1.0) / 4
+        self.changers: dict[str | None, QdiscChanger] = {}
+        self.ifindex: dict[str, int] = {}
+        self.macs: dict[str, str] = {}
+        for intf, info in plan.interfaces.items():
+            path = netns.get(info["node"]) if info["host"] else None
+            if path not in self.changers:
+                self.changers[path] = in_netns(path, QdiscChanger)
+            self.ifindex[intf], self.macs[intf] = in_netns(path, lambda i=intf: link_identity(i))
+            self.sockets[intf] = in_netns(path, lambda i=intf: packet_socket(i))
+            self.kick_sockets[intf] = in_netns(path, lambda i=intf: queued_socket(i))
+        self.kicks = {intf: kick_frame(mac) for intf, mac in self.macs.items()}
+        self.netns_of = {intf: (netns.get(info["node"]) if info["host"] else None)
+                         for intf, info in plan.interfaces.items()}
+        self.watches = {(intf, p): QueueWatch(plan.pfc.xoff_bytes, plan.pfc.xon_bytes)
+                        for ports in plan.switch_ports.values() for intf in ports
+                        for p in plan.priorities}
+        self.senders = {(intf, p): PauseSender(plan.refresh_s(intf))
+                        for ports in plan.switch_ports.values() for intf in ports
+                        for p in plan.priorities}
+        storm_s = plan.pfc.storm_threshold_ms / 1000
+        self.timers = {(intf, p): PauseTimer(info["rate_mbit"], storm_s)
+                       for intf, info in plan.interfaces.items() for p in plan.priorities}
+        self.backlogs = QdiscBacklogs({(self.ifindex[i], class_plan.leaf_major(p))
+                                       for i, _ in self.watches for p in plan.priorities})
+        self.intf_of_key = {(self.ifindex[i], class_plan.leaf_major(p)): (i, p)
+                            for i, p in self.watches}
+
+    # -- the switch side ---------------------------------------------------------------------
+    def watch(self) -> None:
+        plan = self.plan
+        next_snapshot = next_sample = next_refresh = time.monotonic()
+        queue_log = open(self.workdir / QUEUES_FILE, "a")
+        try:
+            last_start = None
+            while not self.stop_event.is_set():
+                start = time.monotonic()
+                if last_start is not None:
+                    self.sample_gaps_ms.append((start - last_start) * 1000)
+                last_start = start
+                backlogs = self.backlogs.read()
+                now = time.monotonic()
+                to_decide = self._watch_queues(backlogs)
+                if now >= next_refresh:  # pauses in force are repeated before they run out
+                    to_decide |= {(self.switch_of[i], p) for (i, p), sender in self.senders.items()
+                                  if sender.asking}
+                    next_refresh = now + self.refresh_check_s
+                for switch, prio in to_decide:
+                    ports = plan.switch_ports[switch]
+                    congested = {i for i in ports if self.watches[(i, prio)].congested}
+                    for intf, want in ports_to_pause(ports, congested,
+                                                     plan.switch_feeders(switch)).items():
+                        frame = self.senders[(intf, prio)].frame(want, now)
+                        if frame is not None:
+                            self._send(intf, prio, frame, now)
+                if now >= next_sample:
+                    nonzero = {self.intf_of_key[k][0] + f"/{self.intf_of_key[k][1]}": v
+                               for k, v in backlogs.items() if v}
+                    if nonzero:
+                        queue_log.write(json.dumps({"t": round(now, 6), "q": nonzero}) + "\n")
+                    next_sample = now + QUEUE_SAMPLE_S
+                if now >= next_snapshot:
+                    queue_log.flush()
+                    self.snapshot()
+                    next_snapshot = now + SNAPSHOT_S
+                self.stop_event.wait(max(0.0, plan.poll_s - (time.monotonic() - start)))
+        finally:
+            queue_log.close()
+
+    def _frame_bytes(self, intf: str, prio: int, frame: str) -> bytes:
+        """The frame's bytes, built with scapy once per port, class and kind."""
+        key = (intf, prio, frame)
+        if key not in self.frames:
+            mac = self.macs[intf]
+            self.frames[key] = (xoff_frame(mac, [prio], self.plan.pfc.quanta) if frame == XOFF
+                                else xon_frame(mac, [prio]))
+        return self.frames[key]
+
+    def _watch_queues(self, backlogs: dict[tuple[int, int], int]) -> set[tuple[str, int]]:
+        """Feed every lossless queue its new backlog; returns the (switch, priority) pairs
+        where a queue became congested or drained, whose pauses must be decided again."""
+        changed = set()
+        for key, (intf, prio) in self.intf_of_key.items():
+            backlog = backlogs.get(key, 0)
+            if backlog > self.max_backlog[intf]:
+                self.max_backlog[intf] = backlog
+            watch = self.watches[(intf, prio)]
+            if watch.update(backlog):
+                changed.add((self.switch_of[intf], prio))
+                self._event("congested" if watch.congested else "drained", intf, prio,
+                            backlog_bytes=backlog)
+        return changed
+
+    def _send(self, intf: str, prio: int, frame: str, now: float) -> None:
+        data = self._frame_bytes(intf, prio, frame)
+        try:
+            self.sockets[intf].send(data)
+        except OSError as exc:
+            self._event("send_failed", intf, prio, error=str(exc))
+            return
+        with self.lock:
+            self.counters[intf][f"{frame}_sent"] += 1
+            if frame == XOFF:
+                self.send_times[(intf, prio)] = now
+        self._event(f"{frame}_sent", intf, prio)
+
+    # -- the receiving side ------------------------------------------------------------------
+    def listen(self) -> None:
+        poller = select.poll()
+        by_fd = {}
+        for intf, sock in self.sockets.items():
+            poller.register(sock, select.POLLIN)
+            by_fd[sock.fileno()] = intf
+        while not self.stop_event.is_set():
+            for fd, _ in poller.poll(self._next_wake_ms()):
+                intf = by_fd[fd]
+                while True:
+                    try:
+                        data = self.sockets[intf].recv(2048)
+                    except BlockingIOError:
+                        break
+                    self._on_frame(intf, data)
+            now = time.monotonic()
+            for (intf, prio), timer in self.timers.items():
+                if timer.expire(now) == RESUME:
+                    self._apply(intf, prio, paused=False, why="expired")
+                if timer.check_storm(now):
+                    self._event("pause_storm", intf, prio,
+                                paused_s=round(now - timer.paused_since_s, 6))
+
+    def _next_wake_ms(self) -> int:
+        """Poll timeout: the next pause expiry, or the next storm check (every millisecond
+        while anything is paused), at most ``IDLE_WAKE_MS`` away."""
+        return 1 if any(t.paused for t in self.timers.values()) else IDLE_WAKE_MS
+
+    def _on_frame(self, intf: str, data: bytes) -> None:
+        frame = decode_pfc_frame(data)
+        if frame is None:
+            return
+        now = time.monotonic()
+        with self.lock:
+            self.counters[intf]["frames_received"] += 1
+        for prio, quanta in frame.pause_quanta.items():
+            timer = self.timers.get((intf, prio))
+            if timer is None:
+                continue  # not a lossless class here: nothing to pause
+            action = timer.on_frame(quanta, now)
+            if action is not None:
+                self._apply(intf, prio, paused=action == PAUSE, why="frame")
+
+    def _apply(self, intf: str, prio: int, paused: bool, why: str) -> None:
+        plan = self.plan
+        params = (class_plan.paused_tbf(plan.mtu_bytes, plan.buffer_bytes) if paused else
+                  class_plan.running_tbf(plan.interfaces[intf]["rate_mbit"], plan.mtu_bytes,
+                                         plan.buffer_bytes))
+        self.changers[self.netns_of[intf]].change_tbf(
+            self.ifindex[intf], class_plan.leaf_major(prio) << 16,
+            class_plan.class_id_number(prio), params)
+        if not paused:
+            try:
+                self.kick_sockets[intf].send(self.kicks[intf])
+            except OSError:
+                pass  # the queue is full, so the kernel is servicing it anyway
+        now = time.monotonic()
+        extra = {"why": why}
+        if paused:
+            sent = self.send_times.get((plan.interfaces[intf]["peer"], prio))
+            if sent is not None and why == "frame":
+                extra["since_xoff_sent_ms"] = round((now - sent) * 1000, 3)
+                self.apply_ms.append((now - sent) * 1000)
+        self._event(PAUSE if paused else RESUME, intf, prio, **extra)
+
+    # -- output ------------------------------------------------------------------------------
+    def _event(self, kind: str, intf: str, prio: int, **extra) -> None:
+        with self.lock:
+            self.events.append({"t": round(time.monotonic(), 6), "event": kind, "intf": intf,
+                                "priority": prio, **extra})
+
+    def snapshot(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            events, self.events = self.events, []
+            per_intf = {}
+            for intf, counts in self.counters.items():
+                timers = [self.timers[(intf, p)] for p in self.plan.priorities]
+                per_intf[intf] = {
+                    **counts,
+                    "node": self.plan.interfaces[intf]["node"],
+                    "pauses": sum(t.pauses for t in timers),
+                    "paused_s": round(sum(t.paused_time_s(now) for t in timers), 6),
+                    "longest_pause_s": round(max(t.longest_pause_s for t in timers), 6),
+                    "storms": sum(t.storms for t in timers),
+                    "max_backlog_bytes": self.max_backlog[intf],
+                }
+            apply_ms = sorted(self.apply_ms)
+            gaps_ms = sorted(self.sample_gaps_ms)
+        if events:
+            with open(self.workdir / EVENTS_FILE, "a") as fh:
+                fh.writelines(json.dumps(e) + "\n" for e in events)
+        summary = {"t": round(now, 6), "interfaces": per_intf,
+                   "pause_apply_ms": _quantiles(apply_ms), "poll_s": self.plan.poll_s,
+                   "sample_gap_ms": _quantiles(gaps_ms),
+                   "scheduling": getattr(self, "scheduling", None),
+                   "cpu_s": round(time.process_time(), 3)}
+        tmp = self.workdir / (COUNTERS_FILE + ".tmp")
+        tmp.write_text(json.dumps(summary))
+        tmp.replace(self.workdir / COUNTERS_FILE)
+
+    def _listen_or_stop(self) -> None:
+        """The listener; if it fails, the whole agent stops (a fabric whose pauses are not
+        obeyed is not lossless), with the error in its log and a non-zero exit."""
+        try:
+            self.listen()
+        except BaseException:
+            self.failed = True
+            self.stop_event.set()
+            raise
+
+    def run(self) -> int:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self.scheduling = realtime_priority()
+        self.failed = False
+        listener = threading.Thread(target=self._listen_or_stop, name="listener", daemon=True)
+        listener.start()
+        (self.workdir / READY_FILE).write_text(str(os.getpid()))
+        try:
+            self.watch()
+        finally:
+            self.stop_event.set()
+            listener.join(timeout=2)
+            self.snapshot()
+        return 1 if self.failed else 0
+
+
+def _quantiles(values: list[float]) -> dict:
+    if not values:
+        return {"count": 0}
+    pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))], 3)  # noqa: E731
+    return {"count": len(values), "p50": pick(0.5), "p99": pick(0.99), "max": round(values[-1], 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m testbed.apply.pfc_agent PLAN_JSON WORKDIR", file=sys.stderr)
+        return 2
+    plan = AgentPlan.from_json(json.loads(Path(argv[0]).read_text()))
+    workdir = Path(argv[1])
+    netns = json.loads((workdir / NETNS_FILE).read_text())
+    agent = Agent(plan, workdir, netns)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop_event.set())
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

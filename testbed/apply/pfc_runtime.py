@@ -1,0 +1,128 @@
+"""PFC on a running fabric: starts the pause agent (``testbed.apply.pfc_agent``) once the
+class queues are in place, stops it by PID, and reads its results back as the run's ``pfc``
+summary. ``testbed.apply.network.FabricNetwork`` owns one when its queue has PFC thresholds.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
+from testbed.apply.state import Ledger
+from testbed.errors import TestbedError
+from testbed.model.topology.base import Fabric
+from testbed.plan import class_plan
+from testbed.plan.pfc import agent_plan
+from testbed.plan.profiles import QueueConfig
+
+PLAN_FILE = "pfc-plan.json"
+LOG_FILE = "pfc-agent.log"
+# How often the agent reads the switches' lossless backlogs (one batch of netlink requests,
+# one per lossless queue). On a k=4 fat-tree under incast, every 1 ms took about a whole
+# core and starved ovs-vswitchd; every 2 ms takes about 0.6 (most of it the agent's own
+# Python, not the kernel). The PFC headroom covers the pause path's reaction time
+# (testbed.plan.scaling.DEFAULT_PFC_REACTION_TIME_S).
+DEFAULT_POLL_S = 0.002
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+
+
+class PauseAgentProcess:
+    """The pause agent of one fabric, as a process recorded in the run's ledger."""
+
+    def __init__(self, fabric: Fabric, queue: QueueConfig, workdir: Path, ledger: Ledger,
+                 poll_s: float = DEFAULT_POLL_S, routing: str = "ecmp", log=print):
+        self.plan = agent_plan(fabric, queue, poll_s, routing)
+        self.queue = queue
+        self.workdir = workdir
+        self.ledger = ledger
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, host_pids: dict[str, int]) -> None:
+        """Launch the agent; ``host_pids`` names a process in each host's namespace."""
+        for name in (READY_FILE, COUNTERS_FILE, EVENTS_FILE):
+            (self.workdir / name).unlink(missing_ok=True)
+        plan_path = self.workdir / PLAN_FILE
+        plan_path.write_text(json.dumps(self.plan.to_json(), indent=1))
+        (self.workdir / NETNS_FILE).write_text(json.dumps(
+            {host: f"/proc/{pid}/ns/net" for host, pid in host_pids.items()}))
+        with open(self.workdir / LOG_FILE, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "testbed.apply.pfc_agent", str(plan_path), str(self.workdir)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        self.ledger.add_process(self.proc.pid)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (self.workdir / READY_FILE).exists():
+            if self.proc.poll() is not None:
+                raise TestbedError(f"the PFC pause agent exited ({self.proc.returncode}): "
+                                   f"{self._log_tail()}")
+            if time.monotonic() > deadline:
+                raise TestbedError(f"the PFC pause agent did not start within "
+                                   f"{START_TIMEOUT_S:.0f} s; see {self.workdir / LOG_FILE}")
+            time.sleep(0.05)
+        self.log(f"PFC: pause agent watching {sum(map(len, self.plan.switch_ports.values()))} "
+                 f"switch ports every {self.plan.poll_s * 1000:g} ms (XOFF "
+                 f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)")
+
+    def _log_tail(self) -> str:
+        try:
+            return (self.workdir / LOG_FILE).read_text().strip()[-400:]
+        except OSError:
+            return "no log"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Stop the agent (it writes its final counters on the way out)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def counters(self) -> dict:
+        try:
+            return json.loads((self.workdir / COUNTERS_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+
+def pfc_totals(counters: dict) -> dict:
+    """The fabric-wide figures of the agent's per-interface counters."""
+    per_intf = counters.get("interfaces", {})
+    paused = {i: c for i, c in per_intf.items() if c["pauses"]}
+    return {
+        "pause_frames_sent": sum(c["xoff_sent"] + c["xon_sent"] for c in per_intf.values()),
+        "xoff_sent": sum(c["xoff_sent"] for c in per_intf.values()),
+        "xon_sent": sum(c["xon_sent"] for c in per_intf.values()),
+        "pause_frames_received": sum(c["frames_received"] for c in per_intf.values()),
+        "pauses": sum(c["pauses"] for c in per_intf.values()),
+        "paused_time_s": round(sum(c["paused_s"] for c in per_intf.values()), 6),
+        "longest_pause_s": max((c["longest_pause_s"] for c in per_intf.values()), default=0.0),
+        "pause_storms": sum(c["storms"] for c in per_intf.values()),
+        "max_lossless_backlog_bytes": max((c.get("max_backlog_bytes", 0)
+                                           for c in per_intf.values()), default=0),
+        "paused_interfaces": {i: {"node": c["node"], "pauses": c["pauses"],
+                                  "paused_s": c["paused_s"]} for i, c in sorted(paused.items())},
+        "pause_apply_ms": counters.get("pause_apply_ms", {}),
+        "sample_gap_ms": counters.get("sample_gap_ms", {}),
+        "poll_s": counters.get("poll_s"),
+        "agent_cpu_s": counters.get("cpu_s"),
+    }
+
+
+def lossless_queue_drops(tc_json: str, queue: QueueConfig) -> int:
+    """Packets dropped by lossless-class queues in ``tc -s -j qdisc show`` output."""
+    handles = set(class_plan.lossless_leaf_handles(queue))
+    return sum(q.get("drops", 0) for q in json.loads(tc_json or "[]")
+               if q.get("handle") in handles)

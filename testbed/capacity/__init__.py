@@ -1,0 +1,1 @@
+"""What this machine can carry: forwarding and bring-up benchmarks against baselines."""

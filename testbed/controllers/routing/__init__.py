@@ -1,0 +1,1 @@
+"""Pure route computation from a fabric description: ECMP and single-path rules, anycast, dragonfly minimal/Valiant/UGAL, failures and rule differences, switch tables and update plans, the wiring check's judgement."""

@@ -1,0 +1,152 @@
+"""Samplers that run beside an experiment: link byte counters and CPU, as time series.
+
+Counters are read from the switch-side interfaces in the root namespace
+(/sys/class/net/IF/statistics), so sampling never enters a host. For a link a->b the bytes
+sent are the TX counter of a's interface when a is a switch, otherwise the RX counter of b's.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from testbed.model.topology.base import Fabric, Link
+
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One direction of a link, and where its byte count is read."""
+
+    src: str
+    dst: str
+    rate_mbit: float
+    counter_path: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.src}->{self.dst}"
+
+
+def counted_directions(fabric: Fabric) -> Iterator[tuple[str, str, Link, int, str]]:
+    """(src, dst, link, end, counter) for both directions of every link: the bytes src sends
+    are counted at ``end`` (0: link.a, 1: link.b) of the link by ``counter``, always on a
+    switch's side (the root namespace, or the switch's OpenFlow port counters)."""
+    switches = {s.name for s in fabric.switches}
+    for link in fabric.links:
+        for src_end in (0, 1):
+            src, dst = (link.a, link.b) if src_end == 0 else (link.b, link.a)
+            if src in switches:
+                yield src, dst, link, src_end, "tx_bytes"
+            else:
+                yield src, dst, link, 1 - src_end, "rx_bytes"
+
+
+def link_directions(fabric: Fabric) -> list[Direction]:
+    """Both directions of every link, each with the root-namespace counter that measures it."""
+    return [Direction(src, dst, link.rate_mbit,
+                      f"/sys/class/net/{link.intf(end)}/statistics/{counter}")
+            for src, dst, link, end, counter in counted_directions(fabric)]
+
+
+def read_int(path: str) -> int:
+    try:
+        with open(path) as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def process_cpu_ticks(pids: list[int]) -> int:
+    """CPU time (user + system clock ticks) used so far by the processes ``pids``, summed."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                parts = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(parts[11]) + int(parts[12])  # utime + stime
+    return total
+
+
+@dataclass
+class Series:
+    """Samples at times ``t_s`` (seconds since start)."""
+
+    t_s: list[float] = field(default_factory=list)
+    link_bytes: dict[str, list[int]] = field(default_factory=dict)
+    cpu_busy_fraction: list[float] = field(default_factory=list)  # of all cores, per interval
+    vswitchd_cores: list[float] = field(default_factory=list)  # cores used, per interval
+
+
+class Sampler:
+    """Samples counters every ``interval_s`` in a thread until stopped."""
+
+    def __init__(self, directions: list[Direction], vswitchd_pids: list[int],
+                 interval_s: float = 0.25):
+        self.directions = directions
+        self.vswitchd_pids = list(vswitchd_pids)
+        self.interval_s = interval_s
+        self.series = Series(link_bytes={d.label: [] for d in directions})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def since_start_s(self, monotonic_s: float) -> float:
+        """A CLOCK_MONOTONIC instant (any process's) as seconds since sampling started."""
+        return monotonic_s - self._t0
+
+    def __enter__(self) -> Sampler:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        s = self.series
+        last_busy, last_total = cpu_times()
+        last_vsw = process_cpu_ticks(self.vswitchd_pids)
+        last_t = time.monotonic()
+        while True:
+            now = time.monotonic()
+            s.t_s.append(now - self._t0)
+            for d in self.directions:
+                s.link_bytes[d.label].append(read_int(d.counter_path))
+            busy, total = cpu_times()
+            vsw = process_cpu_ticks(self.vswitchd_pids)
+            dt = max(now - last_t, 1e-6)
+            s.cpu_busy_fraction.append((busy - last_busy) / max(total - last_total, 1))
+            s.vswitchd_cores.append((vsw - last_vsw) / CLOCK_TICKS_PER_S / dt)
+            last_busy, last_total, last_vsw, last_t = busy, total, vsw, now
+            if self._stop.wait(self.interval_s):
+                break
+
+
+def window_rates_mbit(series: Series, start_s: float, end_s: float) -> dict[str, float]:
+    """Mean rate of every link direction over [start_s, end_s], from the nearest samples."""
+    idx = [i for i, t in enumerate(series.t_s) if start_s <= t <= end_s]
+    if len(idx) < 2:
+        return {label: 0.0 for label in series.link_bytes}
+    i0, i1 = idx[0], idx[-1]
+    dt = series.t_s[i1] - series.t_s[i0]
+    return {label: (b[i1] - b[i0]) * 8 / dt / 1e6 for label, b in series.link_bytes.items()}
+
+
+def window_mean(values: list[float], series: Series, start_s: float, end_s: float) -> float:
+    sel = [v for v, t in zip(values, series.t_s) if start_s <= t <= end_s]
+    return sum(sel) / len(sel) if sel else 0.0

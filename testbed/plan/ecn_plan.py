@@ -1,0 +1,494 @@
+"""Plans that put ECN marking on a switch egress port: argument lists and map contents,
+computed here, run as root by the fabric layer.
+
+Two paths, chosen from the capabilities report (``testbed.capabilities``):
+
+- ``red-qdisc``, where the kernel has sch_red: a RED qdisc with ``ecn`` takes the place of
+  the port's bfifo under its HTB class; with traffic classes every class's queue gets its
+  own (``class_red_commands``), so each class marks on its own backlog. Linux RED marks on
+  an average queue, whose weight 2^-Wlog tc derives from ``burst``; the smallest burst tc
+  accepts is used, so the average follows the queue closely, but it is not the
+  instantaneous queue (see ``red_parameters``).
+- ``ebpf`` otherwise: ``bpf/ecn_marker.c`` as a clsact egress classifier keeps a virtual
+  copy of the port's FIFO and marks on its instantaneous backlog (with traffic classes, the
+  port's backlog over all its classes). Give the real FIFO the
+  queue's byte limit (the copy assumes it), attach with tc, then write the port's config
+  entry (and zeroed state) into the pinned maps with bpftool:
+
+    tc qdisc replace dev IF parent 5:1 handle 10: bfifo limit <buffer_bytes>
+    tc qdisc replace dev IF clsact
+    tc filter replace dev IF egress prio 1 handle 1 bpf da obj build/bpf/ecn_marker.o \\
+        sec classifier
+    bpftool map update pinned /sys/fs/bpf/tc/globals/ecn_config key hex <ifindex> \\
+        value hex <MarkerConfig bytes>
+
+  The first attach creates and pins the maps; later attaches reuse them, so every port
+  shares them, keyed by ifindex (root namespace only). Pins outlive the programs: remove
+  ``pinned_map_paths()`` after the last port is detached, or a later run inherits them.
+
+``fabric_marking_plan`` gathers every port's commands into one ``tc -batch`` and (eBPF) one
+``bpftool batch``, run in that order after ``testbed.apply.network.shaping_commands``. The ports
+join their bridges with OVS's ``linux-noop`` QoS, so OVS leaves the root qdisc alone; OVS
+does delete a port's ingress qdisc when it configures policing, but by kind ("ingress"),
+which the kernel refuses for a clsact, so the marker's hook survives too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple, dataclass
+from pathlib import Path, PurePosixPath
+
+from testbed.capabilities import (
+    ECN_PATH_EBPF,
+    ECN_PATH_NEEDS,
+    ECN_PATH_RED,
+    Platform,
+    missing_capabilities,
+)
+from testbed.errors import ConfigError, TestbedError
+from testbed.model.topology.checks import check_count, check_mtu, check_rate
+from testbed.plan.profiles import (
+    U32_MAX,
+    EcnProfile,
+    QueueConfig,
+    RedEcn,
+    StepEcn,
+    drained_bytes,
+)
+
+ECN_PATHS = (ECN_PATH_RED, ECN_PATH_EBPF)  # the values of testbed.capabilities.Paths.ecn_marking
+
+# Where testbed.apply.network.shaping_commands puts a port's buffer: HTB class 5:1, child 10:.
+HTB_CLASS = "5:1"
+BUFFER_HANDLE = "10:"
+
+BPF_SOURCE = Path(__file__).resolve().parents[1] / "apply" / "bpf" / "ecn_marker.c"
+
+
+def cache_dir() -> Path:
+    """Where built artefacts go: never next to the installed package, which may not be
+    writable. TESTBED_CACHE_DIR, else /var/cache/testbed for root, else ~/.cache/testbed."""
+    if os.environ.get("TESTBED_CACHE_DIR"):
+        return Path(os.environ["TESTBED_CACHE_DIR"])
+    if os.geteuid() == 0:
+        return Path("/var/cache/testbed")
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "testbed"
+
+
+BPF_OBJECT = cache_dir() / "bpf" / "ecn_marker.o"
+BPF_SECTION = "classifier"
+# Kept equal to the Makefile's ``bpf`` target (a unit test compares them). Debian keeps
+# asm/types.h under the multiarch directory, which clang -target bpf does not search.
+BPF_CFLAGS = ("-O2", "-g", "-Wall", "-target", "bpf",
+              f"-I/usr/include/{os.uname().machine}-linux-gnu")
+FILTER_PRIO = "1"
+FILTER_HANDLE = "1"
+# tc pins the maps of programs it loads under <bpffs>/tc/globals.
+PIN_DIR = PurePosixPath("/sys/fs/bpf/tc/globals")
+
+MODE_OFF, MODE_STEP, MODE_RED = 0, 1, 2  # ECN_MODE_* in ecn_marker.c
+# drained_bytes in ecn_marker.c multiplies the rate by up to 1e9 ns in 64 bits.
+MAX_RATE_BYTES_PER_S = U32_MAX
+
+# Map value layouts, field by field as the C structs declare them (no implicit padding, so
+# "=" (native order, standard sizes, unaligned) matches the compiler's layout).
+Layout = tuple[tuple[str, str], ...]
+CONFIG_LAYOUT: Layout = (("rate_bytes_per_s", "Q"), ("limit_bytes", "I"), ("mode", "I"),
+                         ("k_bytes", "I"), ("kmin_bytes", "I"), ("kmax_bytes", "I"),
+                         ("pmax", "I"))
+STATE_LAYOUT: Layout = (("lock", "I"), ("pad", "I"), ("queue_bytes", "Q"), ("last_ns", "Q"))
+COUNTERS_LAYOUT: Layout = tuple((name, "Q") for name in (
+    "packets", "bytes", "ect_packets", "ce_marks", "ce_arrived", "not_ect_over",
+    "fifo_drops", "max_queue_bytes"))
+QDEPTH_LAYOUT: Layout = (("queue_bytes", "Q"), ("time_ns", "Q"))
+# Map name -> value layout; each map's value is the C struct of the same name.
+MAPS: dict[str, Layout] = {
+    "ecn_config": CONFIG_LAYOUT,
+    "ecn_state": STATE_LAYOUT,
+    "ecn_counters": COUNTERS_LAYOUT,
+    "ecn_qdepth": QDEPTH_LAYOUT,
+}
+KEY_STRUCT = struct.Struct("=I")  # ifindex
+
+
+def layout_struct(layout: Layout) -> struct.Struct:
+    return struct.Struct("=" + "".join(code for _, code in layout))
+
+
+def pack_value(layout: Layout, values: Mapping[str, int]) -> bytes:
+    """A map value from field values; fields not given are zero."""
+    unknown = set(values) - {name for name, _ in layout}
+    if unknown:
+        raise ValueError(f"fields not in the layout: {sorted(unknown)}")
+    return layout_struct(layout).pack(*(values.get(name, 0) for name, _ in layout))
+
+
+def unpack_value(layout: Layout, data: bytes) -> dict[str, int]:
+    return dict(zip((name for name, _ in layout), layout_struct(layout).unpack(data)))
+
+
+# --- the marker's per-port config -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkerConfig:
+    """One port's ``struct ecn_config`` (fields in its order)."""
+
+    rate_bytes_per_s: int
+    limit_bytes: int
+    mode: int
+    k_bytes: int = 0
+    kmin_bytes: int = 0
+    kmax_bytes: int = 0
+    pmax: int = 0  # probability at kmax, as pmax / 2^32
+
+    def pack(self) -> bytes:
+        return layout_struct(CONFIG_LAYOUT).pack(*astuple(self))
+
+
+def pmax_to_u32(pmax: float) -> int:
+    """A probability as the marker's 32-bit fraction (pmax / 2^32; 1.0 is 2^32 - 1)."""
+    return min(round(pmax * 2**32), U32_MAX)
+
+
+def rate_bytes_per_s(rate_mbit: float) -> int:
+    """The HTB class rate in bytes/s, as tc's ``{rate_mbit}mbit`` sets it."""
+    check_rate("rate_mbit", rate_mbit)
+    rate = round(rate_mbit * 1e6 / 8)
+    if not 1 <= rate <= MAX_RATE_BYTES_PER_S:
+        raise ConfigError("rate_mbit", f"{rate_mbit} is outside what the eBPF marker handles "
+                                       f"(1 B/s to {MAX_RATE_BYTES_PER_S * 8 / 1e6:.0f} Mbit/s)")
+    return rate
+
+
+def marker_config(rate_mbit: float, queue: QueueConfig) -> MarkerConfig:
+    """The marker's config for a port shaped to ``rate_mbit`` with ``queue``; a queue
+    without ECN gets MODE_OFF (the marker then only counts and samples)."""
+    common = {"rate_bytes_per_s": rate_bytes_per_s(rate_mbit), "limit_bytes": queue.buffer_bytes}
+    ecn = queue.ecn
+    if isinstance(ecn, StepEcn):
+        return MarkerConfig(mode=MODE_STEP, k_bytes=ecn.k_bytes, **common)
+    if isinstance(ecn, RedEcn):
+        return MarkerConfig(mode=MODE_RED, kmin_bytes=ecn.kmin_bytes, kmax_bytes=ecn.kmax_bytes,
+                            pmax=pmax_to_u32(ecn.pmax), **common)
+    return MarkerConfig(mode=MODE_OFF, **common)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def compile_command(source: Path = BPF_SOURCE, output: Path = BPF_OBJECT) -> list[str]:
+    """clang compiling the marker (as ``make bpf`` does)."""
+    return ["clang", *BPF_CFLAGS, "-c", str(source), "-o", str(output)]
+
+
+def ebpf_attach_commands(intf: str, obj: Path = BPF_OBJECT) -> list[list[str]]:
+    """tc commands attaching the marker to ``intf``'s egress (idempotent)."""
+    return [
+        ["tc", "qdisc", "replace", "dev", intf, "clsact"],
+        ["tc", "filter", "replace", "dev", intf, "egress", "prio", FILTER_PRIO,
+         "handle", FILTER_HANDLE, "bpf", "da", "obj", str(obj), "sec", BPF_SECTION],
+    ]
+
+
+def ebpf_detach_commands(intf: str) -> list[list[str]]:
+    """tc commands removing what ``ebpf_attach_commands`` added."""
+    return [["tc", "qdisc", "del", "dev", intf, "clsact"]]
+
+
+def pinned_map_path(map_name: str) -> PurePosixPath:
+    if map_name not in MAPS:
+        raise ValueError(f"no map {map_name!r}; the marker has {', '.join(MAPS)}")
+    return PIN_DIR / map_name
+
+
+def pinned_map_paths() -> list[PurePosixPath]:
+    return [pinned_map_path(name) for name in MAPS]
+
+
+def _hex(data: bytes) -> list[str]:
+    return [f"{byte:02x}" for byte in data]
+
+
+def map_update_command(map_name: str, ifindex: int, value: bytes) -> list[str]:
+    """bpftool writing ``value`` for ``ifindex`` into a pinned map."""
+    check_count("ifindex", ifindex, 1, U32_MAX)
+    return ["bpftool", "map", "update", "pinned", str(pinned_map_path(map_name)),
+            "key", "hex", *_hex(KEY_STRUCT.pack(ifindex)), "value", "hex", *_hex(value)]
+
+
+def ebpf_config_commands(ifindex: int, config: MarkerConfig) -> list[list[str]]:
+    """bpftool commands giving port ``ifindex`` a fresh virtual queue, zero counters and
+    ``config``; the config goes last, since the marker ignores ports without one."""
+    zeroed = [map_update_command(name, ifindex, pack_value(layout, {}))
+              for name, layout in MAPS.items() if name != "ecn_config"]
+    return zeroed + [map_update_command("ecn_config", ifindex, config.pack())]
+
+
+def map_dump_command(map_name: str) -> list[str]:
+    """bpftool printing a pinned map as JSON (see ``parse_map_dump``)."""
+    return ["bpftool", "-j", "map", "dump", "pinned", str(pinned_map_path(map_name))]
+
+
+def parse_map_dump(map_name: str, text: str) -> dict[int, dict[str, int]]:
+    """``bpftool -j map dump`` output of one of the marker's maps -> {ifindex: fields}.
+    Reads the raw key and value bytes, so it needs no BTF in bpftool's output."""
+    layout = MAPS[map_name]
+    entries = {}
+    for entry in json.loads(text or "[]"):
+        key = bytes(int(byte, 16) for byte in entry["key"])
+        value = bytes(int(byte, 16) for byte in entry["value"])
+        (ifindex,) = KEY_STRUCT.unpack(key)
+        entries[ifindex] = unpack_value(layout, value)
+    return entries
+
+
+def queue_bytes_at(sample: Mapping[str, int], rate_bytes_per_s: int, now_ns: int) -> int:
+    """A port's virtual backlog at ``now_ns`` (CLOCK_MONOTONIC, ``time.monotonic_ns()``)
+    from its latest ``ecn_qdepth`` sample: drained since, with no arrivals."""
+    elapsed = max(0, now_ns - sample["time_ns"])
+    return max(0, sample["queue_bytes"] - drained_bytes(rate_bytes_per_s, elapsed))
+
+
+def batch_input(commands: Iterable[Sequence[str]], program: str) -> str:
+    """Commands of one ``program`` as ``tc -batch -`` / ``bpftool batch file -`` input.
+    Batch lines are split on blanks, so no argument may contain one (or a quote)."""
+    lines = []
+    for argv in commands:
+        if not argv or argv[0] != program:
+            raise ValueError(f"not a {program} command: {argv!r}")
+        for arg in argv[1:]:
+            if not arg or any(ch.isspace() or ch in "\"'#\\" for ch in arg):
+                raise ValueError(f"argument {arg!r} cannot go in a batch line")
+        lines.append(" ".join(argv[1:]))
+    return "\n".join(lines) + "\n"
+
+
+# --- the standard path: RED qdisc -------------------------------------------------------------
+
+
+def red_ewma_log(qmin_bytes: int, burst: int, avpkt_bytes: int) -> int | None:
+    """Wlog that tc derives for RED's average (weight 2^-Wlog), or None where tc refuses:
+    the smallest Wlog with burst + 1 - qmin/avpkt <= (1 - (1 - W)^burst) / W (iproute2
+    tc/tc_red.c, tc_red_eval_ewma)."""
+    a = burst + 1 - qmin_bytes / avpkt_bytes
+    if a < 1.0:
+        return None
+    weight = 0.5
+    for wlog in range(1, 32):
+        if a <= (1 - (1 - weight) ** burst) / weight:
+            return wlog
+        weight /= 2
+    return None
+
+
+@dataclass(frozen=True)
+class RedParameters:
+    """Arguments of a ``tc ... red`` qdisc for an ECN profile."""
+
+    min_bytes: int
+    max_bytes: int
+    probability: float
+    avpkt_bytes: int
+    burst: int
+    ewma_log: int  # RED averages the queue with weight 2^-ewma_log
+
+
+def red_parameters(profile: EcnProfile, mtu_bytes: int) -> RedParameters:
+    """RED thresholds for ``profile``. A step at K is a ramp from K to K + 1 byte with
+    probability 1; ``burst`` is the smallest tc accepts (tc's own hint, 1 + min/avpkt),
+    which gives the average its largest weight."""
+    check_mtu(mtu_bytes)
+    if isinstance(profile, StepEcn):
+        qmin, qmax, probability = profile.k_bytes, profile.k_bytes + 1, 1.0
+    else:
+        qmin, qmax, probability = profile.kmin_bytes, profile.kmax_bytes, profile.pmax
+    burst = 1 + qmin // mtu_bytes
+    wlog = red_ewma_log(qmin, burst, mtu_bytes)
+    if wlog is None:
+        raise ConfigError("ecn", f"the RED qdisc cannot average a threshold of {qmin} B with "
+                                 f"{mtu_bytes}-byte packets: it must exceed one packet")
+    return RedParameters(qmin, qmax, probability, mtu_bytes, burst, wlog)
+
+
+def buffer_command(intf: str, buffer_bytes: int, parent: str = HTB_CLASS,
+                   handle: str = BUFFER_HANDLE) -> list[str]:
+    """The tc command setting ``intf``'s drop-tail buffer to ``buffer_bytes`` (a bfifo under
+    the HTB class, as ``testbed.apply.network.shaping_commands`` makes it)."""
+    return ["tc", "qdisc", "replace", "dev", intf, "parent", parent, "handle", handle, "bfifo",
+            "limit", str(buffer_bytes)]
+
+
+def red_commands(intf: str, rate_mbit: float, queue: QueueConfig, mtu_bytes: int,
+                 parent: str = HTB_CLASS, handle: str = BUFFER_HANDLE) -> list[list[str]]:
+    """The tc commands replacing ``intf``'s bfifo with a RED-ECN qdisc of the queue's byte
+    limit and the same handle (so its drops count as the buffer's); none for a queue without
+    ECN (the bfifo stays). ``nodrop`` keeps non-ECT packets over the thresholds queued, as
+    the eBPF path does: only the byte limit drops.
+
+    Delete, then add: a ``replace`` naming the bfifo's own handle with another kind is a
+    parameter change, which the kernel refuses ("Invalid qdisc name"). In one tc batch the
+    class is without a child for microseconds, at bring-up, before any traffic."""
+    if queue.ecn is None:
+        return []
+    check_rate("rate_mbit", rate_mbit)
+    red = red_parameters(queue.ecn, mtu_bytes)
+    return [["tc", "qdisc", "del", "dev", intf, "parent", parent, "handle", handle],
+            ["tc", "qdisc", "add", "dev", intf, "parent", parent, "handle", handle, "red",
+             "limit", str(queue.buffer_bytes), "min", str(red.min_bytes),
+             "max", str(red.max_bytes), "avpkt", str(red.avpkt_bytes), "burst", str(red.burst),
+             "probability", repr(red.probability), "bandwidth", f"{rate_mbit}mbit",
+             "ecn", "nodrop"]]
+
+
+def class_red_commands(intf: str, rate_mbit: float, queue: QueueConfig,
+                       mtu_bytes: int) -> list[list[str]]:
+    """RED-ECN on every traffic class's own queue (``testbed.plan.class_plan``): the bfifo
+    of a lossy class is replaced as ``red_commands`` replaces a port's; a lossless class's
+    tbf, which the pause agent pauses in place, keeps its place and gets the RED qdisc as its
+    inner queue (the tbf's class 1, whose default child is a bfifo). Each class then marks
+    on its own backlog, with the same parameters and the byte limit as its buffer."""
+    from testbed.plan import class_plan
+
+    commands: list[list[str]] = []
+    for tc in sorted(queue.classes, key=lambda c: c.priority):
+        if not tc.lossless:
+            commands += red_commands(intf, rate_mbit, queue, mtu_bytes,
+                                     parent=class_plan.class_id(tc.priority),
+                                     handle=class_plan.leaf_handle(tc.priority))
+            continue
+        add = red_commands(intf, rate_mbit, queue, mtu_bytes,
+                           parent=f"{class_plan.leaf_major(tc.priority):x}:1",
+                           handle=class_plan.inner_handle(tc.priority))[1]
+        commands.append(add)
+    return commands
+
+
+# --- choosing and planning --------------------------------------------------------------------
+
+
+def choose_ecn_path(report: Platform, prefer: str | None = None,
+                    object_built: bool = False) -> str:
+    """The marking path for this machine: the capabilities report's choice, or ``prefer``
+    (e.g. the eBPF path on a kernel with RED, to compare the two) when the machine can take
+    it. Each path needs what ``testbed.capabilities.ECN_PATH_NEEDS`` lists, the eBPF path
+    clang only while the object is not built."""
+    if prefer is not None and prefer not in ECN_PATHS:
+        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {prefer!r}")
+    path = prefer or report.paths.ecn_marking
+    way = "RED qdisc" if path == ECN_PATH_RED else "eBPF"
+    needed = [name for name in ECN_PATH_NEEDS[path] if not (object_built and name == "clang")]
+    lacking = missing_capabilities(report.capabilities, needed)
+    if lacking:
+        raise TestbedError(f"ECN marking by {way} is not possible here: {lacking[0].detail}")
+    return path
+
+
+def marking_commands(path: str, intf: str, ifindex: int, rate_mbit: float, queue: QueueConfig,
+                     mtu_bytes: int, obj: Path = BPF_OBJECT) -> list[list[str]]:
+    """Everything that gives port ``intf`` (``ifindex``) its marking on ``path``, in order,
+    to run after ``testbed.apply.network.shaping_commands``."""
+    if path == ECN_PATH_RED:
+        return red_commands(intf, rate_mbit, queue, mtu_bytes)
+    if path == ECN_PATH_EBPF:
+        return (ebpf_attach_commands(intf, obj)
+                + ebpf_config_commands(ifindex, marker_config(rate_mbit, queue)))
+    raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
+
+
+# --- a whole fabric ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Port:
+    """A shaped switch port to mark on: its interface (root namespace), ifindex and rate."""
+
+    intf: str
+    ifindex: int
+    rate_mbit: float
+
+
+@dataclass(frozen=True)
+class MarkingPlan:
+    """Everything that puts a queue on a fabric's ports: one ``tc -batch`` first (it creates
+    and pins the marker's maps on the eBPF path), then one ``bpftool batch`` that fills them."""
+
+    tc: list[list[str]]
+    bpftool: list[list[str]]
+
+    def tc_batch(self) -> str:
+        return batch_input(self.tc, "tc")
+
+    def bpftool_batch(self) -> str:
+        return batch_input(self.bpftool, "bpftool") if self.bpftool else ""
+
+
+def fabric_marking_plan(path: str, ports: Sequence[Port], queue: QueueConfig, mtu_bytes: int,
+                        obj: Path = BPF_OBJECT) -> MarkingPlan:
+    """The plan giving every port in ``ports`` (in their order) ``queue``: its byte buffer
+    and its marking on ``path``. On the eBPF path a queue without ECN still gets the marker,
+    in MODE_OFF, which counts and samples the queue; on the RED path it keeps a bfifo."""
+    if path not in ECN_PATHS:
+        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
+    if not ports:
+        raise ConfigError("ecn", "needs shaped links: no switch port has a rate to queue at")
+    tc: list[list[str]] = []
+    bpftool: list[list[str]] = []
+    for port in ports:
+        if path == ECN_PATH_RED and queue.ecn is not None:
+            tc += (class_red_commands(port.intf, port.rate_mbit, queue, mtu_bytes)
+                   if queue.uses_classes else
+                   red_commands(port.intf, port.rate_mbit, queue, mtu_bytes))
+            continue
+        if not queue.uses_classes:  # class queues got their buffers with the shaping
+            tc.append(buffer_command(port.intf, queue.buffer_bytes))
+        if path == ECN_PATH_EBPF:
+            tc += ebpf_attach_commands(port.intf, obj)
+            bpftool += ebpf_config_commands(port.ifindex, marker_config(port.rate_mbit, queue))
+    return MarkingPlan(tc, bpftool)
+
+
+def counter_reset_commands(ifindexes: Iterable[int]) -> list[list[str]]:
+    """bpftool commands zeroing the counters of ports ``ifindexes`` (the virtual queue runs
+    on; a packet counted while this runs may be lost from the new totals)."""
+    zero = pack_value(COUNTERS_LAYOUT, {})
+    return [map_update_command("ecn_counters", ifindex, zero) for ifindex in ifindexes]
+
+
+def buffer_handles(queue: QueueConfig | None = None) -> tuple[frozenset, frozenset]:
+    """The qdiscs that make up a port's buffer (their packets, drops and backlog add up) and
+    those that may mark (RED's ``marked``): the one buffer ``10:``, or with traffic classes
+    every class's queue, and the RED inside a lossless class's tbf (whose backlog and drops
+    its tbf already counts)."""
+    if queue is None or not queue.uses_classes:
+        return frozenset({BUFFER_HANDLE}), frozenset({BUFFER_HANDLE})
+    from testbed.plan import class_plan
+
+    leaves = frozenset(class_plan.leaf_handles(queue))
+    inner = frozenset(class_plan.inner_handle(p) for p in queue.lossless_priorities)
+    return leaves, leaves | inner
+
+
+def parse_buffer_stats(tc_json: str, queue: QueueConfig | None = None) -> dict[str, dict]:
+    """``tc -s -j qdisc show`` output -> {interface: stats of its buffer (``buffer_handles``
+    of ``queue``; summed over the class queues)}: kind, packets sent, drops, backlog in
+    bytes, and for RED its ``marked`` count."""
+    counted, marking = buffer_handles(queue)
+    stats: dict[str, dict] = {}
+    for qdisc in json.loads(tc_json or "[]"):
+        handle = qdisc.get("handle")
+        if handle not in marking or "dev" not in qdisc:
+            continue
+        entry = stats.setdefault(qdisc["dev"], {"kind": None, "packets": 0, "drops": 0,
+                                                "backlog_bytes": 0})
+        if handle in counted:
+            entry["kind"] = qdisc.get("kind") if len(counted) == 1 else "classes"
+            entry["packets"] += qdisc.get("packets", 0)
+            entry["drops"] += qdisc.get("drops", 0)
+            entry["backlog_bytes"] += qdisc.get("backlog", 0)
+        if "marked" in qdisc:
+            entry["marked"] = entry.get("marked", 0) + qdisc["marked"]
+    return stats

@@ -1,23 +1,33 @@
-"""The ``testbed`` command: run, topo, doctor, clean, bench, and the experiments (hedera,
-dragonfly-routing, incast, dctcp).
+"""The ``testbed`` command.
 
-Errors the user can act on print as one line (``testbed: error: ...``) with exit status 2;
-Ctrl-C exits 130 after the run has torn everything down.
+    testbed run SCENARIO [--set FIELD=VALUE ...]   any experiment, from a scenario file
+    testbed EXPERIMENT [--its-params ...]          the same, from flags (one subcommand per
+                                                   experiment in testbed.harness.registry)
+    testbed report RUN_DIR [RUN_DIR ...]           a run's verdict, or several side by side
+    testbed schema [--write]                       the scenario JSON schema
+    testbed topo | doctor | clean | bench          describe, inspect, recover, measure
+
+Exit status: 0 the run completed, every judged check passed and the emulator kept up; 1 a
+check failed or the emulator did not keep up (``--accept-failed`` / ``--accept-untrusted``
+accept that); 2 bad input (every problem printed, one per line, naming its field); 3 the run
+failed; 130 interrupted (everything the run created has been removed).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import typing
 
 from testbed.errors import ConfigError, TestbedError
-from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S
 
-SCENARIO_FLAGS = {  # flag -> RunConfig field
-    "rate_mbit": "link_rate_mbit", "size_bytes": "size_bytes", "iters": "iters",
-    "warmup": "warmup", "channels": "channels", "routing": "routing", "mtu": "mtu_bytes",
-    "results": "results_dir", "name": "name",
-}
+EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+DEFAULT_SCENARIO = "fattree-allreduce"
+# Flags of ``testbed run`` kept from its first version: flag -> scenario field.
+RUN_FLAGS = {"rate_mbit": "link_rate_mbit", "mtu": "mtu_bytes", "routing": "routing",
+             "results": "results_dir", "name": "name", "seed": "seed",
+             "size_bytes": "params.size_bytes", "iters": "params.iters",
+             "warmup": "params.warmup", "channels": "params.channels"}
 
 
 def parse_params(items: list[str]) -> dict:
@@ -36,27 +46,74 @@ def parse_params(items: list[str]) -> dict:
     return params
 
 
-def cmd_run(args) -> int:
-    from testbed.experiments.allreduce.report import format_summary
-    from testbed.experiments.allreduce.run import run_experiment
-    from testbed.harness.scenario import config_from_dict, read_scenario
+def run_overrides(args) -> dict:
+    """The dotted scenario fields the flags of ``testbed run`` set."""
+    overrides = {field: getattr(args, flag) for flag, field in RUN_FLAGS.items()
+                 if getattr(args, flag, None) is not None}
+    if args.topology or args.param:
+        overrides["topology"] = {"name": args.topology or "fattree", **parse_params(args.param)}
+    overrides.update(parse_params(args.set))
+    return overrides
 
-    data = read_scenario(args.scenario) if args.scenario else {}
-    for flag, field in SCENARIO_FLAGS.items():
+
+def execute(resolved, args) -> int:
+    """Run a resolved scenario, print its summary, and turn the outcome into an exit status."""
+    from testbed.harness.console import print_summary
+    from testbed.harness.run import run_scenario
+
+    log = (lambda m: None) if args.quiet else (lambda m: print(f"[testbed] {m}", flush=True))
+    outcome = run_scenario(resolved, log=log)
+    print_summary(outcome.summary)
+    return outcome.exit_status(args.accept_failed, args.accept_untrusted)
+
+
+def cmd_run(args) -> int:
+    from testbed.harness.scenario import load
+
+    resolved = load(args.scenario or DEFAULT_SCENARIO, run_overrides(args))
+    return execute(resolved, args)
+
+
+def cmd_experiment(args) -> int:
+    """An experiment from flags: its defaults, with what the flags set."""
+    from testbed.harness.scenario import validate
+
+    data: dict = {"name": args.name or args.experiment, "experiment": args.experiment,
+                  "params": {}}
+    for field in args.param_fields:
+        value = getattr(args, field)
+        if value is not None:
+            data["params"][field] = value
+    for flag, field in (("rate_mbit", "link_rate_mbit"), ("mtu", "mtu_bytes"),
+                        ("results", "results_dir"), ("seed", "seed")):
         if getattr(args, flag) is not None:
             data[field] = getattr(args, flag)
-    if args.topology or args.param:
-        topo = data.get("topology") or {"name": "fattree"}
-        topo = {"name": topo} if isinstance(topo, str) else dict(topo)
-        if args.topology and args.topology != topo.get("name"):
-            topo = {"name": args.topology}
-        topo.update(parse_params(args.param))
-        data["topology"] = topo
-    config = config_from_dict(data, args.scenario or "flags")
-    summary = run_experiment(config, log=lambda m: print(f"[testbed] {m}", flush=True))
-    print("\nSummary")
-    print(format_summary(summary))
-    return 0 if summary["workload"]["verified"] else 1
+    return execute(validate(data, f"testbed {args.experiment}"), args)
+
+
+def cmd_report(args) -> int:
+    from pathlib import Path
+
+    from testbed.harness.console import print_rows, print_summary
+    from testbed.harness.report import compare, load_summary
+
+    if len(args.run_dirs) == 1:
+        print_summary(load_summary(Path(args.run_dirs[0])))
+        return 0
+    print_rows(compare([Path(d) for d in args.run_dirs]))
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from testbed.harness.scenario import SCHEMA_PATH, json_schema
+
+    text = json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
+    if args.write:
+        SCHEMA_PATH.write_text(text)
+        print(f"wrote {SCHEMA_PATH}")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def cmd_topo(args) -> int:
@@ -64,8 +121,8 @@ def cmd_topo(args) -> int:
     from testbed.model.topology.describe import describe, format_description
 
     if args.draw is not None and "=" in args.draw:
-        raise ConfigError("--draw", f"expected a PNG path, got {args.draw!r}; put --draw after "
-                          "the parameters")
+        raise ConfigError("--draw", f"expected a PNG or SVG path, got {args.draw!r}; put --draw "
+                          "after the parameters")
     fabric = build(args.name, **parse_params(args.param))
     info = describe(fabric)
     print(json.dumps(info, indent=1) if args.json else format_description(info))
@@ -106,143 +163,120 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def given_fields(args, flags: dict[str, str]) -> dict:
-    """The config fields whose flags were given ({flag: field}); the rest keep the config's
-    defaults."""
-    return {field: getattr(args, flag) for flag, field in flags.items()
-            if getattr(args, flag) is not None}
-
-
-INCAST_FLAGS = {  # flag -> testbed.experiments.incast.run.IncastConfig field; unset flags keep its default
-    "response_bytes": "response_bytes", "rounds": "rounds", "warmup": "warmup_rounds",
-    "gap_s": "gap_s", "rate_mbit": "rate_mbit", "mtu": "mtu_bytes",
-    "buffer_bytes": "buffer_bytes", "dscp": "dscp", "pfc_reaction_time_s": "pfc_reaction_time_s",
-    "round_timeout_s": "round_timeout_s", "receiver": "receiver", "results": "results_dir",
-}
-
-
-def cmd_incast(args) -> int:
-    from testbed.experiments.incast.run import IncastConfig, parse_int_list, run_incast
-
-    given = given_fields(args, INCAST_FLAGS)
-    if args.sweep is not None:
-        given["fanins"] = parse_int_list("--sweep", args.sweep)
-    elif args.fanin is not None:
-        given["fanins"] = (args.fanin,)
-    if args.mode:
-        given["modes"] = tuple(args.mode)
-    result = run_incast(IncastConfig(**given), log=lambda m: print(f"[incast] {m}", flush=True))
-    return 1 if any(m.error for m in result.measurements) else 0
-
-
-def cmd_hedera(args) -> int:
-    from testbed.experiments.hedera.run import HederaConfig, run_hedera
-
-    config = HederaConfig(rate_mbit=args.rate_mbit, seconds=args.seconds, omit_s=args.omit,
-                          seed=args.seed, results_dir=args.results,
-                          patterns=tuple(args.pattern) if args.pattern else HederaConfig.patterns)
-    run_hedera(config, log=lambda m: print(f"[hedera] {m}", flush=True))
-    return 0
-
-
-DCTCP_FLAGS = {  # flag -> testbed.experiments.dctcp.run.DctcpConfig field; unset flags keep its default
-    "rate_mbit": "rate_mbit", "senders": "senders", "seconds": "seconds", "omit": "omit_s",
-    "k_bytes": "k_bytes", "buffer_bytes": "buffer_bytes", "rtt_s": "rtt_s", "mtu": "mtu_bytes",
-    "droptail_cc": "droptail_cc", "ecn_cc": "ecn_cc", "results": "results_dir",
-}
-
-
-def dctcp_config(args):
-    """The DctcpConfig the flags ask for (not yet validated)."""
-    from testbed.experiments.dctcp.run import DctcpConfig
-
-    given = given_fields(args, DCTCP_FLAGS)
-    if "senders" in given:
-        given["senders"] = tuple(given["senders"])
-    return DctcpConfig(**given)
-
-
-def cmd_dctcp(args) -> int:
-    from testbed.experiments.dctcp import run as dctcp_bench
-
-    if args.replot is not None:
-        for path in dctcp_bench.replot(args.replot):
-            print(path)
-        return 0
-    dctcp_bench.run_dctcp(dctcp_config(args), log=lambda m: print(f"[dctcp] {m}", flush=True))
-    return 0
-
-
-PFC_DEMO_FLAGS = {  # flag -> testbed.experiments.pfc.run.PfcDemoConfig field
-    "rate_mbit": "rate_mbit", "mtu": "mtu_bytes", "buffer_bytes": "buffer_bytes",
-    "alone_s": "alone_s", "seconds": "contention_s", "omit": "omit_s", "receiver": "receiver",
-    "victim_src": "victim_src", "victim_dst": "victim_dst",
-    "pfc_reaction_time_s": "pfc_reaction_time_s", "results": "results_dir",
-}
-
-
-def cmd_pfc_demo(args) -> int:
-    from testbed.experiments.pfc.run import PfcDemoConfig, run_pfc_demo
-
-    given = given_fields(args, PFC_DEMO_FLAGS)
-    if args.condition:
-        given["conditions"] = tuple(args.condition)
-    run_pfc_demo(PfcDemoConfig(**given), log=lambda m: print(f"[pfc-demo] {m}", flush=True))
-    return 0
-
-
-def cmd_dragonfly_routing(args) -> int:
-    from testbed.experiments.dragonfly.run import run_dragonfly_compare
-    from testbed.experiments.hedera.run import HederaConfig
-
-    config = HederaConfig(rate_mbit=args.rate_mbit, seconds=args.seconds, omit_s=args.omit,
-                          seed=args.seed, results_dir=args.results, spread=False)
-    run_dragonfly_compare(config, log=lambda m: print(f"[dragonfly] {m}", flush=True))
-    return 0
-
-
 class OneLineErrors(argparse.ArgumentParser):
     """Usage errors as one line (``testbed: error: ...``, exit 2) like the testbed's own."""
 
     def error(self, message):
-        self.exit(2, f"testbed: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"testbed: error: {message} (see `{self.prog} --help`)\n")
 
 
-def add_flow_experiment_args(parser: argparse.ArgumentParser) -> None:
-    """The options of the long-flow experiments (testbed.experiments.hedera.run.HederaConfig)."""
-    parser.add_argument("--rate-mbit", type=float, default=10.0, help="link rate (10)")
-    parser.add_argument("--seconds", type=int, default=10, help="measured seconds per pattern")
-    parser.add_argument("--omit", type=int, default=2, help="TCP start-up seconds left out")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the random pattern")
-    parser.add_argument("--results", default="results", help="results folder")
+def add_outcome_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accept-failed", action="store_true",
+                        help="exit 0 even when a check failed")
+    parser.add_argument("--accept-untrusted", action="store_true",
+                        help="exit 0 even when the emulator did not keep up")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary")
+
+
+def comma_list(text: str) -> list:
+    """``1,3,7`` -> [1, 3, 7]: each item a YAML scalar."""
+    return [parse_params([f"v={item}"])["v"] for item in text.split(",") if item]
+
+
+def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> None:
+    """One ``--flag`` for a pydantic field: lists as comma-separated values, booleans as
+    true/false, the rest as their type; help from the field's description and default."""
+    annotation = info.annotation
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) \
+        and args else annotation
+    default = info.get_default(call_default_factory=True)
+    help_text = (info.description or "") + f" (default {default!r})"
+    flags = ["--" + name.replace("_", "-"), *aliases]
+    if typing.get_origin(base) in (list, tuple):
+        parser.add_argument(*flags, dest=name, type=comma_list,
+                            metavar="A,B,...", help=help_text)
+    elif base is bool:
+        parser.add_argument(*flags, dest=name, type=lambda s: s.lower() in ("1", "true", "yes"),
+                            metavar="true|false", help=help_text)
+    else:
+        parser.add_argument(*flags, dest=name, type=base if base in (int, float) else str,
+                            help=help_text)
+
+
+def add_experiment_commands(sub) -> None:
+    """``testbed NAME`` for every registered experiment, its flags from its Params."""
+    from testbed.harness.registry import experiment_classes
+
+    for name, cls in sorted(experiment_classes().items()):
+        parser = sub.add_parser(name, help=f"{cls.title}: {cls.reproduces}"[:150])
+        fields = cls.Params.model_fields
+        aliases: dict[str, list[str]] = {}
+        for alias, field in cls.cli_aliases.items():  # flags kept from earlier versions
+            aliases.setdefault(field, []).append(alias)
+        for field, info in fields.items():
+            field_flag(parser, field, info, aliases.get(field, ()))
+        parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default "
+                            f"{cls.default_rate_mbit:g})")
+        parser.add_argument("--mtu", type=int, help=f"MTU in bytes (default "
+                            f"{cls.default_mtu_bytes})")
+        parser.add_argument("--results", help="results folder (default results)")
+        parser.add_argument("--name", help="run name (part of the run id)")
+        parser.add_argument("--seed", type=int, help="random seed (default 1)")
+        add_outcome_flags(parser)
+        parser.set_defaults(func=cmd_experiment, experiment=name, param_fields=list(fields))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed")
+    from testbed.harness.provenance import version_line
+
+    ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed",
+                       epilog="exit status: 0 passed, 1 a check failed or the emulator did not "
+                              "keep up, 2 bad input, 3 the run failed, 130 interrupted")
+    ap.add_argument("--version", action="version", version=version_line())
     sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineErrors)
 
-    run = sub.add_parser("run", help="run an experiment (a scenario file, flags, or both)")
-    run.add_argument("scenario", nargs="?", help="scenario YAML (see scenarios/)")
+    run = sub.add_parser("run", help="run a scenario (a YAML file, or a bundled scenario's name)")
+    run.add_argument("scenario", nargs="?", help=f"scenario YAML or bundled name (default "
+                     f"{DEFAULT_SCENARIO}; see scenarios/)")
+    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="set any scenario field, e.g. --set params.size_bytes=4194304 "
+                          "(repeatable)")
     run.add_argument("--topology", help="topology family, e.g. fattree")
     run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                      help="topology parameter, e.g. --param k=4 (repeatable)")
     run.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s")
-    run.add_argument("--size-bytes", type=int, help="AllReduce size in bytes")
-    run.add_argument("--iters", type=int, help="timed iterations")
-    run.add_argument("--warmup", type=int, help="warm-up iterations")
-    run.add_argument("--channels", type=int, help="parallel ring channels (connections)")
-    run.add_argument("--routing", help="ecmp or single; minimal, valiant or ugal on a dragonfly")
     run.add_argument("--mtu", type=int, help="MTU in bytes")
+    run.add_argument("--routing", help="ecmp or single; minimal, valiant or ugal on a dragonfly")
+    run.add_argument("--size-bytes", type=int, help="AllReduce size in bytes (allreduce)")
+    run.add_argument("--iters", type=int, help="timed iterations (allreduce)")
+    run.add_argument("--warmup", type=int, help="warm-up iterations (allreduce)")
+    run.add_argument("--channels", type=int, help="parallel ring channels (allreduce)")
+    run.add_argument("--seed", type=int, help="random seed")
     run.add_argument("--results", help="results folder (default results/)")
     run.add_argument("--name", help="run name (part of the run id)")
+    add_outcome_flags(run)
     run.set_defaults(func=cmd_run)
+
+    add_experiment_commands(sub)
+
+    report = sub.add_parser("report", help="print a run's verdict, or compare runs side by side")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    report.set_defaults(func=cmd_report)
+
+    schema = sub.add_parser("schema", help="print the scenario JSON schema (for editors)")
+    schema.add_argument("--write", action="store_true",
+                        help="write it to testbed/scenarios/schema.json")
+    schema.set_defaults(func=cmd_schema)
 
     topo = sub.add_parser("topo", help="describe a topology without building it")
     topo.add_argument("name", help="topology family, e.g. fattree")
     topo.add_argument("param", nargs="*", help="parameters, e.g. k=4")
     topo.add_argument("--json", action="store_true", help="print JSON")
     topo.add_argument("--draw", nargs="?", const="", metavar="PATH",
-                      help="also draw it as a PNG (default path results/topo-<name>.png)")
+                      help="also draw it (PNG or SVG by the suffix; default "
+                           "results/topo-<name>.png)")
     topo.set_defaults(func=cmd_topo)
 
     sub.add_parser("doctor", help="what this machine can do and which path each feature takes"
@@ -254,119 +288,30 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],
                        help="fat-tree sizes to bring up and down (default: 4 and 8)")
     bench.set_defaults(func=cmd_bench)
-
-    incast = sub.add_parser("incast", help="N synchronised senders answering one receiver on "
-                            "the k=4 fat-tree: drop-tail vs ECN vs PFC (drops, TCP timeouts, "
-                            "query completion times)")
-    fanin = incast.add_mutually_exclusive_group()
-    fanin.add_argument("--fanin", type=int, help="senders per query, 1..15 (default 15)")
-    fanin.add_argument("--sweep", metavar="N,N,...", help="fan-ins to measure in turn, "
-                       "e.g. 1,3,7,15")
-    incast.add_argument("--mode", action="append", choices=("droptail", "ecn", "pfc"),
-                        help="queue mode (repeatable; default all three)")
-    incast.add_argument("--response-bytes", type=int, help="bytes each sender answers per "
-                        "query (default 65536)")
-    incast.add_argument("--rounds", type=int, help="queries per fan-in (default 20)")
-    incast.add_argument("--warmup", type=int, help="queries before the recorded ones "
-                        "(default 1)")
-    incast.add_argument("--gap-s", type=float, help="pause between queries (default 0.2)")
-    incast.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 10)")
-    incast.add_argument("--mtu", type=int, help="MTU in bytes (default 1500)")
-    incast.add_argument("--buffer-bytes", type=int, help="every port's buffer in bytes "
-                        "(default: 50 ms at the link rate)")
-    incast.add_argument("--dscp", type=int, help="DSCP of the incast traffic (default 26, the "
-                        "lossless class)")
-    incast.add_argument("--pfc-reaction-time-s", type=float, help="pause reaction time sizing "
-                        "the PFC headroom (default: the emulated pause path's, "
-                        f"{DEFAULT_PFC_REACTION_TIME_S:g})")
-    incast.add_argument("--round-timeout-s", type=float, help="a query's time limit "
-                        "(default 60)")
-    incast.add_argument("--receiver", help="the receiving host (default p0e0h0)")
-    incast.add_argument("--results", help="results folder (default results)")
-    incast.set_defaults(func=cmd_incast)
-
-    hedera = sub.add_parser("hedera", help="ECMP vs single-path vs a non-blocking switch on the "
-                            "k=4 fat-tree (Hedera's patterns), and ECMP's uplink spread")
-    add_flow_experiment_args(hedera)
-    hedera.add_argument("--pattern", action="append", metavar="NAME",
-                        help="strideN or random (repeatable; default stride1/2/4/8 and random)")
-    hedera.set_defaults(func=cmd_hedera)
-
-    dfly = sub.add_parser("dragonfly-routing", help="minimal vs Valiant vs UGAL vs ECMP on a "
-                          "dragonfly: the adversarial group shift and uniform traffic")
-    add_flow_experiment_args(dfly)
-    dfly.set_defaults(func=cmd_dragonfly_routing)
-
-    dctcp = sub.add_parser("dctcp", help="DCTCP micro-benchmark: N senders into one switch "
-                           "port, drop-tail vs ECN marking at K, queue sampled every 10 ms")
-    add_dctcp_args(dctcp)
-    dctcp.set_defaults(func=cmd_dctcp)
-
-    demo = sub.add_parser("pfc-demo", help="PFC's costs on the k=4 fat-tree: head-of-line "
-                          "blocking of a victim flow, congestion spreading, and ECN cutting "
-                          "the pause time (lossy vs pfc vs pfc+ecn)")
-    add_pfc_demo_args(demo)
-    demo.set_defaults(func=cmd_pfc_demo)
     return ap
-
-
-def add_pfc_demo_args(parser: argparse.ArgumentParser) -> None:
-    """The options of ``testbed pfc-demo`` (testbed.experiments.pfc.run.PfcDemoConfig)."""
-    parser.add_argument("--condition", action="append", choices=("lossy", "pfc", "pfc+ecn"),
-                        help="run to make (repeatable; default all three)")
-    parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 20)")
-    parser.add_argument("--mtu", type=int, help="MTU in bytes (default 1500)")
-    parser.add_argument("--buffer-bytes", type=int, help="every port's buffer per class in "
-                        "bytes (default 600000)")
-    parser.add_argument("--seconds", type=int, help="seconds the victim runs beside the incast "
-                        "(default 10)")
-    parser.add_argument("--alone-s", type=int, help="seconds the victim runs alone first "
-                        "(default 5)")
-    parser.add_argument("--omit", type=int, help="TCP start-up seconds left out (default 1)")
-    parser.add_argument("--receiver", help="the incast's receiver (default p0e0h0)")
-    parser.add_argument("--victim-src", help="the victim flow's sender (default p1e0h1)")
-    parser.add_argument("--victim-dst", help="the victim flow's receiver (default p0e0h1, "
-                        "beside the receiver)")
-    parser.add_argument("--pfc-reaction-time-s", type=float, help="pause reaction time sizing "
-                        f"the PFC headroom (default {DEFAULT_PFC_REACTION_TIME_S:g})")
-    parser.add_argument("--results", help="results folder (default results)")
-
-
-def add_dctcp_args(parser: argparse.ArgumentParser) -> None:
-    """The options of ``testbed dctcp`` (testbed.experiments.dctcp.run.DctcpConfig); an option left
-    out keeps the config's default, named in its help."""
-    parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default 20)")
-    parser.add_argument("--senders", type=int, nargs="+", metavar="N",
-                        help="sender counts to run, e.g. --senders 2 8 (default 2 8)")
-    parser.add_argument("--seconds", type=int, help="measured seconds per configuration "
-                        "(default 30)")
-    parser.add_argument("--omit", type=int, help="TCP start-up seconds left out (default 5)")
-    parser.add_argument("--k-bytes", type=int, help="marking threshold K in bytes (default: "
-                        "DCTCP's anchors scaled to the link rate)")
-    parser.add_argument("--buffer-bytes", type=int, help="the port's buffer in bytes "
-                        "(default: 50 ms at the link rate)")
-    parser.add_argument("--rtt-s", type=float, help="path RTT in seconds; a scaled K then "
-                        "also satisfies K > C*RTT/7")
-    parser.add_argument("--mtu", type=int, help="MTU in bytes (default 1500)")
-    parser.add_argument("--droptail-cc", help="drop-tail hosts' TCP: cubic or reno "
-                        "(default cubic)")
-    parser.add_argument("--ecn-cc", help="ECN hosts' TCP: auto, dctcp, cubic or reno "
-                        "(default auto: dctcp where the kernel has it, else cubic)")
-    parser.add_argument("--results", help="results folder (default results)")
-    parser.add_argument("--replot", metavar="RUN_DIR", help="only redraw the figures of a "
-                        "finished run from its files (no root)")
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except ConfigError as exc:
+        lines = str(exc).splitlines()
+        print(f"testbed: error: {lines[0]}", file=sys.stderr)
+        for line in lines[1:]:
+            print(f"testbed: error: {line.strip()}", file=sys.stderr)
+        return EXIT_USAGE
     except TestbedError as exc:
         print(f"testbed: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         print("testbed: interrupted; everything the run created has been removed", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # a reader such as `head` closed the pipe: stop quietly, as other tools do
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

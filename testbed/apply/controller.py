@@ -18,13 +18,15 @@ from pathlib import Path
 
 from testbed.controllers.apps.config import DEFAULT_PORT_STATS_INTERVAL_S
 from testbed.errors import TestbedError
+from testbed.model.records import (
+    ANYCAST_FILE,
+    EVENTS_FILE,
+    PORT_STATS_FILE,
+    WIRING_FILE,
+)
 
 LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653
-EVENTS_FILE = "controller-events.jsonl"
-PORT_STATS_FILE = "port-stats.jsonl"
-WIRING_FILE = "wiring.jsonl"
-ANYCAST_FILE = "anycast.json"
 
 
 def write_anycast(workdir: Path, anycast: dict) -> Path:

@@ -397,6 +397,56 @@ class FabricNetwork:
     def host(self, name: str):
         return self.hosts[name]
 
+    def link_interfaces(self, a: str, b: str) -> list[str]:
+        """The root-namespace interfaces of the link between nodes ``a`` and ``b`` (both ends
+        of a switch-to-switch link, the switch's end of a host link)."""
+        for link in self.fabric.links:
+            if {link.a, link.b} == {a, b}:
+                return [link.intf(end) for end, node in enumerate((link.a, link.b))
+                        if not self.fabric.nodes[node].is_host]
+        raise TestbedError(f"{a} and {b} are not cabled together")
+
+    def set_link(self, a: str, b: str, up: bool) -> float:
+        """Take the link between ``a`` and ``b`` down or up (its root-namespace ends: the
+        switches see the port change, as on a cut cable); returns the monotonic time just
+        before."""
+        t = time.monotonic()
+        self._set_interfaces(self.link_interfaces(a, b), up)
+        return t
+
+    def set_switch(self, name: str, up: bool) -> float:
+        """Fail a switch or bring it back: every one of its ports down (or up), and its
+        OpenFlow connection dropped (or restored), as a switch that dies and reboots does."""
+        t = time.monotonic()
+        intfs = [intf for switch, _, intf, _ in self.fabric.switch_ends() if switch == name]
+        if up:
+            self._set_interfaces(intfs, True)
+            self.switchd.vsctl(["set-controller", name,
+                                f"tcp:127.0.0.1:{self.controller.port}"])
+        else:
+            self.switchd.vsctl(["del-controller", name])
+            self._set_interfaces(intfs, False)
+        return t
+
+    def _set_interfaces(self, intfs: list[str], up: bool) -> None:
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for intf in intfs:
+                ipr.link("set", index=ipr.link_lookup(ifname=intf)[0],
+                         state="up" if up else "down")
+
+    def restart_controller(self) -> float:
+        """Stop the controller and start a new one on the same port and files; returns the
+        seconds until it had programmed every switch again."""
+        old = self.controller
+        old.stop()
+        new = ControllerProcess(old.fabric_json, self.workdir, port=old.port,
+                                routing=old.routing)
+        self.ledger.add_process(new.start())
+        self.controller = new
+        return new.wait_programmed(set(self.bridges))
+
     def popen(self, host: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start a process inside a host's namespace, recorded in the ledger."""
         proc = self.hosts[host].popen(argv, **kwargs)

@@ -12,7 +12,7 @@ same invocation, written as JSON.
 4. Anycast switch-over: on the k=4 fat-tree (ECMP, hosts at 6 Mbit/s) a client probing an
    anycast service every 10 ms while its near replica's link is cut and restored; the time
    until the far replica answered (against the same 1 s goal), the time until the near one
-   answered again, and the requests lost (testbed.experiments.anycast.run).
+   answered again, and the requests lost (testbed.experiments.anycast.failover).
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from pathlib import Path
 from testbed.apply import ovs
 from testbed.apply.controller import write_anycast
 from testbed.apply.network import FabricNetwork
-from testbed.experiments.allreduce.run import start_anycast
+from testbed.harness.experiment import Setup
+from testbed.harness.fabric_checks import anycast_reachable
 from testbed.harness.run import machine, new_run_id
 from testbed.model.topology import build
 
@@ -153,15 +154,16 @@ def failover_times(workdir: Path, ledger, log) -> dict:
 
 def anycast_times(workdir: Path, ledger, log) -> dict:
     """A client of an anycast service on the k=4 fat-tree moved off its near replica by a
-    link cut, then back by the repair; see testbed.experiments.anycast.run."""
-    from testbed.experiments.anycast.run import FAT_TREE_K4, cut_and_repair
+    link cut, then back by the repair; see testbed.experiments.anycast.failover."""
+    from testbed.experiments.anycast.failover import FAT_TREE_K4, cut_and_repair
 
     fabric = build("fattree", k=4, host_rate_mbit=6.0)
     rundir = workdir / "anycast"
     rundir.mkdir(exist_ok=True)
     write_anycast(rundir, FAT_TREE_K4.service.to_dict())  # read by the controller at start
+    setup = Setup("anycast", fabric, "ecmp", anycast=FAT_TREE_K4.service.to_dict())
     with FabricNetwork(fabric, rundir, ledger, routing="ecmp", log=log) as net:
-        start_anycast(net, FAT_TREE_K4.service, net.routing, log)
+        anycast_reachable(net, setup, log)
         return cut_and_repair(net, FAT_TREE_K4).to_dict()
 
 

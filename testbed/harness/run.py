@@ -1,16 +1,32 @@
 """The run lifecycle every experiment shares: run ids, the machine's run lock and ledger
 (anything an earlier killed run left is swept first, and everything this run creates is swept
-at the end), and signals that end a run through the same clean-up path as Ctrl-C."""
+at the end), signals that end a run through the same clean-up path as Ctrl-C, and
+``run_scenario``: one scenario end to end into one results layout.
+
+    results/<run-id>/
+      config.json        the scenario as validated, with every default filled in
+      summary.json       schema_version, status, provenance, chosen paths, each setup's
+                         results, the verdict (checks, emulator trust), plots, report
+      report.md, report.html   the verdict and plots, for people
+      plots/             PNG figures
+      controller.log, ...      raw files of the fabric (setups/<name>/ when there are several)
+"""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
+import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from testbed.apply.network import check_root
 from testbed.apply.state import Ledger, RunLock, clean
+from testbed.errors import TestbedError
+from testbed.model.verdict import Verdict
 
 
 def new_run_id(name: str) -> str:
@@ -58,3 +74,232 @@ def machine(run_id: str, log=print):
         finally:
             with shielded():
                 clean(ledger, log)
+
+
+# --- one scenario, end to end --------------------------------------------------------------------
+
+SCHEMA_VERSION = 1  # of summary.json; raised when a key changes meaning or goes away
+RUNNING, COMPLETE, FAILED, INTERRUPTED = "running", "complete", "failed", "interrupted"
+
+
+@dataclass
+class Outcome:
+    """What a run left: its summary (as written to summary.json), folder and verdict."""
+
+    summary: dict
+    workdir: Path
+    verdict: Verdict
+
+    @property
+    def status(self) -> str:
+        return self.summary["status"]
+
+    def exit_status(self, accept_failed: bool = False, accept_untrusted: bool = False) -> int:
+        """0: complete, every judged check passed and the emulator kept up; 1 otherwise
+        (unless accepted)."""
+        if self.status != COMPLETE:
+            return 1
+        if self.verdict.failed and not accept_failed:
+            return 1
+        if not self.verdict.emulator_trusted and not accept_untrusted:
+            return 1
+        return 0
+
+
+def setup_folder(workdir: Path, setups: list, setup) -> Path:
+    """Where one setup's raw files go: the run folder itself when it is the only one."""
+    return workdir if len(setups) == 1 else workdir / "setups" / setup.name
+
+
+def run_scenario(resolved, log=print, progress=None) -> Outcome:
+    """Run a resolved scenario (testbed.harness.experiment.Resolved): every setup on a fabric
+    of its own, under the machine's lock, then the verdict, plots, summary.json and the
+    report. A run that fails or is interrupted part-way still writes summary.json (with its
+    status and error) and a report of what it measured, then re-raises."""
+    from testbed.harness.progress import Progress
+    from testbed.harness.provenance import provenance
+
+    scenario, experiment = resolved.scenario, resolved.experiment
+    progress = progress or Progress(log)
+    run_id = new_run_id(scenario.name)
+    workdir = Path(scenario.results_dir) / run_id
+    summary = {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id, "experiment": experiment.name,
+        "title": experiment.title, "headline": experiment.headline(), "status": RUNNING,
+        "error": None, "started_at": _now(), "finished_at": None,
+        "provenance": provenance(resolved.platform), "results_dir": str(workdir),
+        "scenario": scenario.model_dump(mode="json"),
+        "params": experiment.params.model_dump(mode="json"),
+        "link_rate_mbit": experiment.rate_mbit, "mtu_bytes": experiment.mtu_bytes,
+        "ecn_path": resolved.ecn_path,
+        "setups": {s.name: s.describe() for s in resolved.setups},
+        "results": {}, "verdict": None, "plots": [], "report": None,
+    }
+    results: dict[str, dict] = {}
+    log(f"run {run_id}: {experiment.headline()}")
+    t0 = time.monotonic()
+    try:
+        with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+            workdir.mkdir(parents=True, exist_ok=True)
+            (workdir / "config.json").write_text(json.dumps(
+                {"scenario": summary["scenario"], "params": summary["params"]}, indent=1))
+            for index, setup in enumerate(resolved.setups, 1):
+                if len(resolved.setups) > 1:
+                    log(f"setup {index}/{len(resolved.setups)} {setup.name}: "
+                        f"{setup.description or setup.fabric.kind}")
+                results[setup.name] = run_setup(resolved, setup, ledger, workdir, log, progress)
+        summary["status"] = COMPLETE
+    except KeyboardInterrupt:
+        summary["status"], summary["error"] = INTERRUPTED, "interrupted"
+        raise
+    except BaseException as exc:
+        summary["status"] = FAILED
+        summary["error"] = str(exc) if isinstance(exc, TestbedError) else repr(exc)
+        raise
+    finally:
+        summary["wall_s"] = round(time.monotonic() - t0, 3)
+        outcome = finish(summary, results, experiment, workdir, log)
+    return outcome
+
+
+def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
+    """One setup: its fabric up and proven reachable (and its select groups and anycast
+    service checked), the experiment's measurement under the failure schedule, the
+    controller's files summarised, the fabric down."""
+    from testbed.apply.controller import write_anycast
+    from testbed.apply.failures import FailureEvent, FailureSchedule
+    from testbed.apply.network import FabricNetwork
+    from testbed.harness.experiment import SetupRun
+    from testbed.measure.openflow import openflow_summary
+    from testbed.plan.settings import EcnSettings
+
+    scenario, experiment = resolved.scenario, resolved.experiment
+    folder = setup_folder(workdir, resolved.setups, setup)
+    folder.mkdir(parents=True, exist_ok=True)
+    if setup.anycast is not None:
+        write_anycast(folder, setup.anycast)
+    datapath = "kernel" if resolved.platform.paths.ovs_datapath == "kernel" else "user"
+    fabric = setup.fabric
+    log(f"{setup.name}: {fabric.label()}, {len(fabric.hosts)} hosts, "
+        f"{len(fabric.switches)} switches, {len(fabric.links)} links, MTU "
+        f"{fabric.mtu_bytes}, {setup.routing} routing, OVS {datapath} datapath")
+    ecn = None
+    if setup.queue is not None:
+        sample_ms = scenario.queue.sample_ms if scenario.queue is not None else 0.0
+        ecn = EcnSettings(setup.queue, (setup.queue_record or {}).get("ecn"),
+                          resolved.ecn_path, sample_ms)
+    events = [FailureEvent(e.at_s, e.action, tuple(e.link) if e.link else None, e.switch)
+              for e in scenario.failures]
+    result: dict = {"dir": str(folder)}
+    with FabricNetwork(fabric, folder, ledger, datapath=datapath, routing=setup.routing,
+                       log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
+                       host_sysctls=setup.host_sysctls()) as net:
+        t = net.timings
+        log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
+            f"{len(fabric.switches)} switches programmed by the controller "
+            f"{t.programmed_s:.1f} s later")
+        result["bring_up"] = prove_ready(net, setup, log)
+        run = SetupRun(net, setup, folder, log, progress, ecn)
+        with FailureSchedule(net, events, log) as schedule:
+            result.update(experiment.measure(run))
+        if events:
+            result["failures"] = schedule.applied
+    result["bring_up"]["timings_s"] = asdict(net.timings)
+    result["openflow"] = openflow_summary(folder, fabric, result.get("window_monotonic_s"))
+    return result
+
+
+def prove_ready(net, setup, log) -> dict:
+    """Every ordered host pair reachable, OVS holding the select groups the controller
+    computed, and every host reaching the anycast service where there is one."""
+    from testbed.harness.fabric_checks import anycast_reachable, check_groups
+
+    t0 = time.monotonic()
+    sent, received = net.ping_all()
+    n = len(setup.fabric.hosts)
+    log(f"{setup.name}: reachability: {received}/{sent} probes answered, covering all "
+        f"{n * (n - 1)} ordered host pairs ({time.monotonic() - t0:.1f} s)")
+    if received != sent:
+        raise TestbedError(f"{setup.name}: only {received}/{sent} reachability probes were "
+                           f"answered; see {net.workdir}/controller.log")
+    ready = {"probes": sent, "answered": received, "ordered_pairs": n * (n - 1),
+             "select_groups": check_groups(net, setup)}
+    if setup.anycast is not None:
+        ready["anycast"] = anycast_reachable(net, setup, log)
+    return ready
+
+
+def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outcome:
+    """The verdict, plots, summary.json and the report, for a run that ended in any way; the
+    run folder is handed to the user who ran sudo."""
+    from testbed.harness.report import write_report
+    from testbed.model.verdict import Verdict, trust_checks
+
+    summary["finished_at"] = _now()
+    summary["results"] = results
+    verdict = Verdict()
+    if results:
+        try:
+            verdict.checks = experiment.checks(results)
+            verdict.trust = trust_checks((name, r["fidelity"]) for name, r in results.items()
+                                         if r.get("fidelity")) + experiment.trust(results)
+        except Exception as exc:  # a partial run may lack what a check needs
+            if summary["status"] == COMPLETE:
+                raise
+            verdict.statements.append(f"checks could not be judged on a partial run: {exc!r}")
+        verdict.statements += [c.statement for c in verdict.checks if c.statement]
+        try:
+            summary["rows"] = [list(row) for row in experiment.rows(results)]
+        except Exception as exc:
+            if summary["status"] == COMPLETE:
+                raise
+            log(f"the partial run's summary rows failed: {exc!r}")
+    summary["verdict"] = verdict.to_dict()
+    if not workdir.exists():
+        return Outcome(summary, workdir, verdict)
+    if results:
+        plots = workdir / "plots"
+        plots.mkdir(exist_ok=True)
+        try:
+            paths = experiment.plots(results, plots, plot_title(summary))
+        except Exception as exc:
+            if summary["status"] == COMPLETE:
+                raise
+            paths = []
+            log(f"plots of the partial run failed: {exc!r}")
+        summary["plots"] = [str(p.relative_to(workdir)) for p in paths]
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    summary["report"] = [str(p.relative_to(workdir)) for p in write_report(summary, workdir)]
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    give_to_invoking_user(workdir)
+    if summary["status"] != COMPLETE:
+        log(f"the run {summary['status']}; what it measured is in {workdir / 'summary.json'}")
+    return Outcome(summary, workdir, verdict)
+
+
+def plot_title(summary: dict) -> str:
+    """What every plot's title starts with: the run, the topology and the rate."""
+    setups = list(summary["setups"].values())
+    topology = " / ".join(dict.fromkeys(s["fabric"]["label"] for s in setups))
+    return f"{summary['run_id']} | {topology} | {summary['link_rate_mbit']:g} Mbit/s links"
+
+
+def give_to_invoking_user(workdir: Path) -> None:
+    """Under sudo, the run folder (and the results folder, if root owns it) belongs to the
+    user who ran sudo (SUDO_UID/SUDO_GID), not to root."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid:
+        return
+    uid, gid = int(uid), int(gid)
+    for path in [workdir, *workdir.rglob("*")]:
+        try:
+            os.chown(path, uid, gid, follow_symlinks=False)
+        except OSError:
+            pass
+    parent = workdir.parent
+    if parent.exists() and parent.stat().st_uid == 0:
+        os.chown(parent, uid, gid)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -15,7 +15,7 @@ from testbed.apply.controller import EVENTS_FILE
 from testbed.apply.network import FabricNetwork
 from testbed.errors import TestbedError
 from testbed.measure.openflow import reaction_times
-from testbed.model.port_stats import read_json_lines
+from testbed.model.records import read_json_lines
 
 PROBE_INTERVAL_S = 0.02     # 50 probes a second across the failure
 PROBE_COUNT = 150           # 3 s of probes

@@ -15,7 +15,16 @@ wake-up and stays near one core under any load, absorbing more load in bigger ba
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
+
+from testbed.measure.telemetry import (
+    Sampler,
+    link_directions,
+    window_mean,
+    window_rates_mbit,
+)
+from testbed.model.verdict import Check, at_least, at_most
 
 # Named tolerances.
 MAX_CPU_BUSY_FRACTION = 0.95       # the machine needs idle time left to be keeping up
@@ -28,6 +37,9 @@ MIN_LINK_DELIVERY_FRACTION = 0.85  # busiest link vs its configured rate (bandwi
 
 @dataclass(frozen=True)
 class Verdict:
+    """Whether the emulator kept up, the signals behind it, and the same judgement as
+    checks of the shape every experiment reports (testbed.model.verdict.Check)."""
+
     trustworthy: bool
     reasons: list[str]
     cpu_busy_fraction: float
@@ -35,9 +47,10 @@ class Verdict:
     link_delivery_fraction: float
     emulator_loss_fraction: float
     notes: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "checks": [c.to_dict() for c in self.checks]}
 
 
 def emulator_losses(rx_packets: int, tx_packets: int, queue_drops: int) -> int:
@@ -46,7 +59,8 @@ def emulator_losses(rx_packets: int, tx_packets: int, queue_drops: int) -> int:
 
 
 def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fraction: float,
-          emulator_loss_fraction: float, bandwidth_bound: bool = True) -> Verdict:
+          emulator_loss_fraction: float, bandwidth_bound: bool = True,
+          setup: str | None = None) -> Verdict:
     """Trustworthy when the CPU had headroom, the switches lost (almost) nothing and, for a
     bandwidth-bound workload, the bottleneck link carried close to its rate."""
     problems = []
@@ -70,5 +84,81 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
                            f"{emulator_loss_fraction:.3%} of packets outside emulated queues, "
                            f"busiest link at {link_delivery_fraction:.0%} of its rate "
                            f"(ovs-vswitchd {vswitchd_cores:.2f} cores)"]
+    checks = [
+        at_most("machine CPU busy", round(cpu_busy_fraction, 4), MAX_CPU_BUSY_FRACTION,
+                "fraction", "the machine had idle CPU left, so the emulator kept time", setup),
+        at_most("packets lost inside the switches", round(emulator_loss_fraction, 6),
+                MAX_EMULATOR_LOSS_FRACTION, "fraction of received",
+                "every packet a switch received left it or was dropped by an emulated queue",
+                setup),
+    ]
+    if bandwidth_bound:
+        checks.append(at_least("busiest link delivery", round(link_delivery_fraction, 4),
+                               MIN_LINK_DELIVERY_FRACTION, "fraction of its rate",
+                               "the bottleneck link carried close to its configured rate",
+                               setup))
     return Verdict(not problems, reasons, cpu_busy_fraction, vswitchd_cores,
-                   link_delivery_fraction, emulator_loss_fraction, notes)
+                   link_delivery_fraction, emulator_loss_fraction, notes, checks)
+
+
+class Watch:
+    """What the fidelity verdict needs, sampled around a measurement on a running fabric
+    (testbed.apply.network.FabricNetwork): every link direction's bytes, the machine's and
+    ovs-vswitchd's CPU (testbed.measure.telemetry.Sampler), and the switches' packet
+    counters before and after. ``verdict`` judges a window of it."""
+
+    def __init__(self, net, interval_s: float = 0.25):
+        self.net = net
+        self.sampler = Sampler(link_directions(net.fabric), net.switchd.pids, interval_s)
+        self.directions = {d.label: d for d in self.sampler.directions}
+        self.before: dict[str, int] = {}
+        self.switches: dict[str, int] = {}
+        self.t_start = self.t_end = 0.0
+
+    def __enter__(self) -> Watch:
+        self.before = self.net.switch_counters()
+        self.sampler.__enter__()
+        self.t_start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.t_end = time.monotonic()
+        self.sampler.__exit__(*exc)
+        after = self.net.switch_counters()
+        self.switches = {k: v - self.before[k] for k, v in after.items()}
+
+    @property
+    def series(self):
+        return self.sampler.series
+
+    def window_s(self, t0_monotonic: float | None = None,
+                 t1_monotonic: float | None = None) -> tuple[float, float]:
+        """A CLOCK_MONOTONIC interval (default: the whole watch) in sampler seconds."""
+        t0 = self.t_start if t0_monotonic is None else t0_monotonic
+        t1 = self.t_end if t1_monotonic is None else t1_monotonic
+        return self.sampler.since_start_s(t0), self.sampler.since_start_s(t1)
+
+    def rates_mbit(self, window_s: tuple[float, float]) -> dict[str, float]:
+        return window_rates_mbit(self.series, *window_s)
+
+    def utilisation(self, window_s: tuple[float, float]) -> dict[str, float]:
+        """Every shaped link direction's rate over the window as a fraction of its rate."""
+        rates = self.rates_mbit(window_s)
+        return {label: rates[label] / d.rate_mbit for label, d in self.directions.items()
+                if d.rate_mbit}
+
+    def emulator_lost(self) -> int:
+        s = self.switches
+        return emulator_losses(s["rx_packets"], s["tx_packets"], s["queue_drops"])
+
+    def verdict(self, window_s: tuple[float, float] | None = None, bottleneck: str | None = None,
+                bandwidth_bound: bool = True, setup: str | None = None) -> Verdict:
+        """The fidelity verdict over ``window_s`` (default: the whole watch); delivery is
+        judged on ``bottleneck`` (a link direction label) or else the busiest link."""
+        window = window_s or self.window_s()
+        util = self.utilisation(window)
+        delivery = util.get(bottleneck, 0.0) if bottleneck else max(util.values(), default=0.0)
+        received = max(self.switches.get("rx_packets", 0), 1)
+        return judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
+                     window_mean(self.series.vswitchd_cores, self.series, *window),
+                     delivery, self.emulator_lost() / received, bandwidth_bound, setup)

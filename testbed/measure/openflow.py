@@ -13,13 +13,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.measure.telemetry import counted_directions
-from testbed.model.port_stats import (
+from testbed.model.records import (
     FAILURE_EVENTS,
     End,
     PortSample,
+    port_samples,
     rate_mbit,
+    read_json_lines,
 )
 from testbed.model.topology.base import Fabric
 
@@ -111,3 +114,18 @@ def reaction_times(events: Iterable[dict], injected_monotonic_s: float,
                      e["t_monotonic_s"] - injected_monotonic_s,
                      e["applied_monotonic_s"] - injected_monotonic_s, e["switches_updated"])
             for e in after]
+
+
+def openflow_summary(workdir: Path, fabric: Fabric, window_monotonic_s=None) -> dict:
+    """The controller's files in a run folder, summarised: its failure events as written, per
+    link direction the rate the switches' own port counters saw during the window (the whole
+    run when None), and its latest wiring check (None if none completed)."""
+    from testbed.controllers.routing.wiring import wiring_summary
+    from testbed.model.records import EVENTS_FILE, PORT_STATS_FILE, WIRING_FILE
+
+    events = read_json_lines(workdir / EVENTS_FILE)
+    samples = port_samples(read_json_lines(workdir / PORT_STATS_FILE))
+    window = tuple(window_monotonic_s) if window_monotonic_s else None
+    return {"events": events,
+            "port_counters": link_rate_summary(fabric, samples, window),
+            "wiring": wiring_summary(read_json_lines(workdir / WIRING_FILE))}

@@ -6,6 +6,7 @@ sent are the TX counter of a's interface when a is a switch, otherwise the RX co
 """
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -137,14 +138,30 @@ class Sampler:
                 break
 
 
+def counter_at(t_s: list[float], counts: list[int], at_s: float) -> float:
+    """A cumulative counter at ``at_s``, linear between the samples around it (clamped to the
+    first and last sample)."""
+    i = bisect.bisect_left(t_s, at_s)
+    if i == 0:
+        return counts[0]
+    if i >= len(t_s):
+        return counts[-1]
+    t0, t1 = t_s[i - 1], t_s[i]
+    share = (at_s - t0) / (t1 - t0) if t1 > t0 else 1.0
+    return counts[i - 1] + (counts[i] - counts[i - 1]) * share
+
+
 def window_rates_mbit(series: Series, start_s: float, end_s: float) -> dict[str, float]:
-    """Mean rate of every link direction over [start_s, end_s], from the nearest samples."""
-    idx = [i for i, t in enumerate(series.t_s) if start_s <= t <= end_s]
-    if len(idx) < 2:
+    """Mean rate of every link direction over [start_s, end_s], its byte counter interpolated
+    at both ends: a window shorter than a few sampling intervals is not over- or under-counted
+    by the samples that happen to fall inside it."""
+    start_s = max(start_s, series.t_s[0]) if series.t_s else start_s
+    end_s = min(end_s, series.t_s[-1]) if series.t_s else end_s
+    if len(series.t_s) < 2 or end_s <= start_s:
         return {label: 0.0 for label in series.link_bytes}
-    i0, i1 = idx[0], idx[-1]
-    dt = series.t_s[i1] - series.t_s[i0]
-    return {label: (b[i1] - b[i0]) * 8 / dt / 1e6 for label, b in series.link_bytes.items()}
+    dt = end_s - start_s
+    return {label: (counter_at(series.t_s, b, end_s) - counter_at(series.t_s, b, start_s))
+            * 8 / dt / 1e6 for label, b in series.link_bytes.items()}
 
 
 def window_mean(values: list[float], series: Series, start_s: float, end_s: float) -> float:

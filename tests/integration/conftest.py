@@ -14,9 +14,14 @@ from testbed.harness.run import machine
 REPO = Path(__file__).resolve().parents[2]
 
 
+HERE = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(items):
+    """Mark this folder's tests only: a session may collect the unit tests too."""
     for item in items:
-        item.add_marker(pytest.mark.root)
+        if Path(item.fspath).resolve().is_relative_to(HERE):
+            item.add_marker(pytest.mark.root)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,7 +15,7 @@ from testbed.apply.controller import ControllerProcess
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import Barrier, Wipe
 from testbed.measure.openflow import reaction_times
-from testbed.model.port_stats import port_samples, read_json_lines
+from testbed.model.records import port_samples, read_json_lines
 from testbed.model.topology import build
 from testbed.model.topology.spineleaf import spine_leaf
 

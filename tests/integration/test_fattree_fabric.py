@@ -11,7 +11,9 @@ import pytest
 
 from testbed.apply.network import FabricNetwork
 from testbed.controllers.routing.ecmp import compute_rules
-from testbed.experiments.allreduce.run import RunConfig, run_allreduce
+from testbed.harness.experiment import SetupRun
+from testbed.harness.progress import QuietProgress
+from testbed.harness.scenario import validate
 from testbed.model.topology import build
 
 RATE_MBIT = 6.0
@@ -75,8 +77,11 @@ def test_tcp_flow_across_pods_reaches_the_link_rate(net):
 
 
 def test_allreduce_result_is_verified_on_every_rank(net, tmp_path):
-    config = RunConfig(size_bytes=256 * 1024, iters=1, warmup=0, link_rate_mbit=RATE_MBIT)
-    summary = run_allreduce(net, config, tmp_path, log=lambda m: None)
+    resolved = validate({"name": "t", "link_rate_mbit": RATE_MBIT,
+                         "params": {"size_bytes": 256 * 1024, "iters": 1, "warmup": 0}})
+    run = SetupRun(net, resolved.setups[0], tmp_path, lambda m: None, QuietProgress())
+    summary = resolved.experiment.measure(run)
+    assert summary["fidelity"]["trustworthy"], summary["fidelity"]["reasons"]
     assert summary["verified"] and summary["verified_ranks"] == 16
     assert summary["tcp"]["segments_sent"] > 0
     # Ring traffic left every host: each host uplink carried data.

@@ -19,7 +19,7 @@ from testbed.controllers.routing.wiring import (
     wiring_checks,
 )
 from testbed.measure.failover import ping_received
-from testbed.model.port_stats import read_json_lines
+from testbed.model.records import read_json_lines
 from testbed.model.topology.base import intf_name
 from testbed.model.topology.spineleaf import spine_leaf
 

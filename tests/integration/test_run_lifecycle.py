@@ -18,6 +18,7 @@ TESTBED = [sys.executable, "-m", "testbed"]
 SMALL_RUN = ["run", "scenarios/fattree-allreduce.yaml", "--size-bytes", "262144", "--iters", "1",
              "--warmup", "0"]
 STARTUP_TIMEOUT_S = 60
+NOBODY = 65534  # a uid and gid that are not root's
 
 
 def start_run(results: Path) -> subprocess.Popen:
@@ -45,18 +46,38 @@ def test_run_writes_results_and_leaves_nothing(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     (run_dir,) = tmp_path.iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["workload"]["verified"] is True
-    assert summary["reachability"] == {"probes": 128, "answered": 128, "ordered_pairs": 240}
-    assert set(summary["workload"]["fidelity"]) >= {"trustworthy", "reasons"}
-    assert (run_dir / "config.json").exists() and (run_dir / "controller.log").exists()
-    assert len(list(run_dir.glob("*.png"))) >= 2
-    assert "busbw" in out.stdout and "fidelity" in out.stdout
+    assert summary["schema_version"] == 1 and summary["status"] == "complete"
+    assert summary["provenance"]["kernel"] and summary["provenance"]["ovs_version"]
+    result = summary["results"]["fabric"]
+    assert result["verified"] is True
+    ready = result["bring_up"]
+    assert (ready["probes"], ready["answered"], ready["ordered_pairs"]) == (128, 128, 240)
+    assert summary["verdict"]["emulator_trusted"], summary["verdict"]["reasons"]
+    assert {c["outcome"] for c in summary["verdict"]["checks"]} == {"PASS"}
+    for name in ("config.json", "controller.log", "report.md", "report.html"):
+        assert (run_dir / name).exists(), name
+    assert len(list((run_dir / "plots").glob("*.png"))) >= 2
+    assert "busbw" in out.stdout and "emulator TRUSTED" in out.stdout
+    assert_clean()
+
+
+def test_a_sudo_run_belongs_to_the_user_who_ran_sudo(tmp_path):
+    results = tmp_path / "results"  # made by the run, as root
+    env = {**os.environ, "SUDO_UID": str(NOBODY), "SUDO_GID": str(NOBODY)}
+    out = subprocess.run([*TESTBED, *SMALL_RUN, "--results", str(results), "--quiet",
+                          "--accept-untrusted"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run_dir,) = results.iterdir()
+    owners = {(p.stat().st_uid, p.stat().st_gid) for p in [results, run_dir,
+                                                            *run_dir.rglob("*")]}
+    assert owners == {(NOBODY, NOBODY)}
     assert_clean()
 
 
 def test_ctrl_c_mid_run_leaves_nothing(tmp_path):
     proc = start_run(tmp_path)
-    wait_for_line(proc, "ring AllReduce")
+    wait_for_line(proc, "ring AllReduce: ")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, rest
@@ -65,7 +86,7 @@ def test_ctrl_c_mid_run_leaves_nothing(tmp_path):
 
 def test_sigkill_mid_run_is_recovered_by_clean(tmp_path):
     proc = start_run(tmp_path)
-    wait_for_line(proc, "ring AllReduce")
+    wait_for_line(proc, "ring AllReduce: ")
     proc.kill()  # only the testbed process: its controller, hosts and ranks are orphaned
     proc.wait()
     left = leftovers()
@@ -80,7 +101,7 @@ def test_second_concurrent_run_is_refused(tmp_path):
     with RunLock("holder-for-test"):
         out = subprocess.run([*TESTBED, *SMALL_RUN, "--results", str(tmp_path)], cwd=REPO,
                              capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2
+    assert out.returncode == 3  # the run failed: the machine was busy
     assert out.stderr.count("\n") == 1 and "another testbed run is active" in out.stderr
     assert "holder-for-test" in out.stderr
     assert not any(tmp_path.iterdir())  # refused before creating anything

@@ -3,11 +3,12 @@ cut and back after the repair, which requests were lost, who answered when."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from testbed import errors
-from testbed.experiments.anycast.run import (
+from testbed.experiments.anycast.failover import (
     FAT_TREE_K4,
     first_answer_from,
     lost_seqs,
@@ -127,7 +128,7 @@ def test_probe_output_is_one_answer_per_line():
 def test_the_cut_moves_a_client_off_its_nearest_replica_to_the_next_nearest():
     from testbed.controllers.routing.fabric_state import AnycastService
     from testbed.errors import ConfigError
-    from testbed.experiments.anycast.run import FAT_TREE_K4, anycast_cut
+    from testbed.experiments.anycast.failover import FAT_TREE_K4, anycast_cut
     from testbed.model.topology.fattree import fat_tree
 
     fabric = fat_tree(4, host_rate_mbit=6.0)
@@ -145,12 +146,38 @@ def test_the_cut_moves_a_client_off_its_nearest_replica_to_the_next_nearest():
         anycast_cut(fabric, AnycastService("10.255.0.1", ("p0e0h0",)), "p0e1h0", "ecmp")
 
 
-def test_the_run_summary_names_the_failover():
-    from testbed.experiments.allreduce.report import anycast_rows
+FAILOVER = {"client": "p0e1h0", "far": "p3e1h1", "near": "p0e0h0", "interface": "p0e0-eth1",
+            "to_far_s": 0.061, "back_to_near_s": 1.073, "requests_lost": 8, "requests": 600,
+            "outage_s": 0.08}
 
-    assert anycast_rows({}) == [] and anycast_rows({"anycast": {"replicas": []}}) == []
-    [(label, text)] = anycast_rows({"anycast": {"failover": {
-        "client": "p0e1h0", "far": "p3e1h1", "near": "p0e0h0", "interface": "p0e0-eth1",
-        "to_far_s": 0.061, "back_to_near_s": 0.073, "requests_lost": 8}}})
+
+def anycast_experiment():
+    from testbed.harness.scenario import load
+
+    return load("fattree-anycast-failover").experiment
+
+
+def test_the_run_summary_names_the_failover():
+    [(label, text)] = anycast_experiment().rows({"fabric": {"failover": FAILOVER}})
     assert label == "anycast failover"
-    assert "61 ms" in text and "73 ms" in text and "8 requests lost" in text
+    assert "61 ms" in text and "1073 ms" in text and "8 requests lost" in text
+
+
+def test_the_checks_hold_both_moves_and_the_outage_to_the_goal():
+    checks = anycast_experiment().checks({"fabric": {"failover": FAILOVER}})
+    assert [(c.name, c.measured, c.outcome) for c in checks] == [
+        ("switch-over to the far replica", 0.061, "PASS"),
+        ("back to the near replica", 1.073, "FAIL"),  # over the 1 s goal
+        ("outage (requests lost x interval)", 0.08, "PASS")]
+
+
+def test_a_client_that_is_a_replica_is_refused_naming_params_client(tmp_path):
+    from testbed.harness.scenario import ScenarioError, load
+
+    text = (Path(__file__).resolve().parents[2] / "scenarios" /
+            "fattree-anycast-failover.yaml").read_text().replace("client: p0e1h0",
+                                                                  "client: p0e0h0")
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(ScenarioError) as info:
+        load(tmp_path / "s.yaml")
+    assert [p.field for p in info.value.problems] == ["params.client"]

@@ -1,45 +1,63 @@
-"""The ``testbed`` command on input it must reject before touching the machine, and ``topo``,
-which never touches it. ``run_experiment`` is replaced in every test here, so no test can start
-an emulation."""
+"""The ``testbed`` command on input it must reject before touching the machine, what the flags
+make of a scenario, exit statuses, and ``topo``, ``schema``, ``report`` and ``--version``,
+which never touch it. ``run_scenario`` is replaced in every test here, so no test can start an
+emulation."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-import testbed.experiments.allreduce.report
-import testbed.experiments.allreduce.run
-from testbed.cli import SCENARIO_FLAGS, main, parse_params
+import testbed
+import testbed.harness.run
+from testbed.cli import EXIT_OK, EXIT_USAGE, EXIT_VERDICT, main, parse_params
 from testbed.errors import ConfigError
-from testbed.experiments.allreduce.run import RunConfig
+from testbed.harness.registry import EXPERIMENTS, experiment_classes
+from testbed.harness.run import Outcome
+from testbed.model.verdict import Verdict, at_least
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_SCENARIO = REPO / "scenarios" / "fattree-allreduce.yaml"
-USAGE_ERROR_STATUS = 2
+
+
+def fake_summary(resolved, status="complete") -> dict:
+    return {"run_id": "r1", "title": "t", "headline": "h", "status": status, "error": None,
+            "results_dir": "results/r1", "rows": [], "verdict": None, "link_rate_mbit": 1.0,
+            "experiment": resolved.experiment.name}
+
+
+class Runs(list):
+    """The scenarios a test started, and the verdict the fake run gives them."""
+
+    def __init__(self):
+        super().__init__()
+        self.verdicts = [Verdict(trust=[at_least("cpu", 0.5, 0.1, "")])]
 
 
 @pytest.fixture(autouse=True)
-def no_experiments(monkeypatch):
-    """Record configs instead of running them."""
-    started: list[RunConfig] = []
+def no_runs(monkeypatch):
+    """Record resolved scenarios instead of running them; their verdict is ``verdicts[0]``."""
+    started = Runs()
+    verdicts = started.verdicts
 
-    def fake_run(config, log=print):
-        started.append(config)
-        return {"workload": {"verified": True}}
+    def fake_run(resolved, log=print, progress=None):
+        started.append(resolved)
+        summary = fake_summary(resolved)
+        summary["verdict"] = verdicts[0].to_dict()
+        return Outcome(summary, Path("results/r1"), verdicts[0])
 
-    monkeypatch.setattr(testbed.experiments.allreduce.run, "run_experiment", fake_run)
-    monkeypatch.setattr(testbed.experiments.allreduce.report, "format_summary", lambda summary: "SUMMARY TABLE")
+    monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
     return started
 
 
-def one_line_error(capsys) -> str:
+def error_lines(capsys) -> list[str]:
     out, err = capsys.readouterr()
-    assert out == ""
     lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("testbed: error: ")
-    return lines[0]
+    assert lines and all(line.startswith("testbed: error: ") for line in lines), err
+    return lines
 
 
 # --- parse_params ------------------------------------------------------------------------------
@@ -50,204 +68,177 @@ def test_parse_params_yaml_scalars():
         "k": 4, "rate": 10.5, "name": "leaf", "on": True, "empty": None, "eq": "a=b"}
 
 
-def test_parse_params_empty_and_last_wins():
-    assert parse_params([]) == {}
-    assert parse_params(["k=4", "k=6"]) == {"k": 6}
-
-
 @pytest.mark.parametrize("item", ["k", "=4", ""])
 def test_parse_params_needs_key_and_equals(item):
     with pytest.raises(ConfigError) as info:
         parse_params([item])
-    assert info.value.field == item
-    assert "expected key=value" in str(info.value)
+    assert info.value.field == item and "expected key=value" in str(info.value)
 
 
-@pytest.mark.parametrize("item", ["k=@", "k=[4", "k='4"])
-def test_parse_params_invalid_yaml_value_is_a_config_error(item):
-    with pytest.raises(ConfigError):
-        parse_params([item])
-
-
-def test_topo_with_unparsable_value_is_a_usage_error(capsys):
-    assert main(["topo", "fattree", "k=@"]) == USAGE_ERROR_STATUS
-
-
-# --- errors before anything runs ----------------------------------------------------------------
-
-
-def test_run_negative_rate(capsys, no_experiments):
-    assert main(["run", "--rate-mbit", "-1"]) == USAGE_ERROR_STATUS
-    line = one_line_error(capsys)
-    assert "link_rate_mbit" in line and "-1" in line
-    assert no_experiments == []
-
-
-def test_run_missing_scenario(capsys, no_experiments, tmp_path):
-    missing = tmp_path / "missing.yaml"
-    assert main(["run", str(missing)]) == USAGE_ERROR_STATUS
-    line = one_line_error(capsys)
-    assert str(missing) in line and "cannot read" in line
-    assert no_experiments == []
+# --- testbed run: errors before anything runs -----------------------------------------------
 
 
 @pytest.mark.parametrize(("argv", "words"), [
-    (["run", "--param", "k=3"], "k: "),
-    (["run", "--topology", "nosuch"], "topology: "),
-    (["run", "--routing", "x"], "routing: "),
+    (["run", "--rate-mbit", "-1"], "link_rate_mbit: Input should be greater than 0"),
+    (["run", "--param", "k=3"], "topology.k: must be an even integer"),
+    (["run", "--topology", "nosuch"], "topology.name: unknown family 'nosuch'"),
     (["run", "--routing", "ugal"], "routing: 'ugal' routes dragonfly fabrics only"),
-    (["run", "--size-bytes", "1023"], "size_bytes: "),
-    (["run", "--channels", "0"], "channels: "),
+    (["run", "--size-bytes", "1023"], "params.size_bytes: "),
+    (["run", "--channels", "0"], "params.channels: "),
     (["run", "--param", "k"], "k: expected key=value"),
-    (["run", str(REPO_SCENARIO), "--iters", "0"], "iters: "),
+    (["run", str(REPO_SCENARIO), "--iters", "0"], "params.iters: "),
+    (["run", "--set", "params.nosuch=1"], "params.nosuch: unknown field"),
+    (["allreduce", "--size-bytes", "7"], "params.size_bytes"),
 ])
-def test_run_rejects_bad_flags(capsys, no_experiments, argv, words):
-    assert main(argv) == USAGE_ERROR_STATUS
-    assert words in one_line_error(capsys)
-    assert no_experiments == []
+def test_run_rejects_bad_input_naming_the_field(capsys, no_runs, argv, words):
+    assert main(argv) == EXIT_USAGE
+    assert any(words in line for line in error_lines(capsys))
+    assert no_runs == []
 
 
-def test_run_bad_scenario_field(capsys, no_experiments, tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_text("iters: many\n")
-    assert main(["run", str(path)]) == USAGE_ERROR_STATUS
-    assert "iters: must be int" in one_line_error(capsys)
-    assert no_experiments == []
+def test_every_problem_is_one_line(capsys, no_runs):
+    assert main(["run", "--size-bytes", "1023", "--param", "k=3", "--rate-mbit", "-2"]) == EXIT_USAGE
+    lines = error_lines(capsys)
+    assert lines[0] == "testbed: error: fattree-allreduce: 3 problems"
+    assert len(lines) == 4
 
 
-def test_topo_odd_k(capsys):
-    assert main(["topo", "fattree", "k=3"]) == USAGE_ERROR_STATUS
-    line = one_line_error(capsys)
-    assert line.startswith("testbed: error: k: must be an even integer")
+def test_missing_scenario(capsys, no_runs, tmp_path):
+    assert main(["run", str(tmp_path / "missing.yaml")]) == EXIT_USAGE
+    assert "no such scenario file" in error_lines(capsys)[0]
 
 
-def test_topo_unknown_name(capsys):
-    assert main(["topo", "nosuch"]) == USAGE_ERROR_STATUS
-    line = one_line_error(capsys)
-    assert line.startswith("testbed: error: topology: unknown topology 'nosuch'")
+# --- flags and scenario merged ----------------------------------------------------------------
 
 
-def test_topo_unknown_parameter(capsys):
-    assert main(["topo", "fattree", "radix=4"]) == USAGE_ERROR_STATUS
-    assert "radix" in one_line_error(capsys)
+def test_run_merges_flags_over_the_scenario(no_runs):
+    assert main(["run", str(REPO_SCENARIO), "--rate-mbit", "8", "--param", "k=2",
+                 "--routing", "single", "--iters", "2", "--name", "merged",
+                 "--set", "params.channels=3"]) == EXIT_OK
+    (resolved,) = no_runs
+    s, p = resolved.scenario, resolved.experiment.params
+    assert (s.name, s.link_rate_mbit, s.routing) == ("merged", 8.0, "single")
+    assert s.topology.params == {"k": 2} and (p.iters, p.channels) == (2, 3)
+    assert p.size_bytes == 2 * 1024 * 1024  # from the file
 
 
-# --- flags and scenario merged into one config --------------------------------------------------
+def test_run_without_a_scenario_runs_the_default(no_runs):
+    assert main(["run", "--channels", "2"]) == EXIT_OK
+    assert no_runs[0].scenario.name == "fattree-allreduce"
+    assert no_runs[0].experiment.params.channels == 2
 
 
-def test_run_merges_flags_over_the_scenario(capsys, no_experiments):
-    status = main(["run", str(REPO_SCENARIO), "--rate-mbit", "8", "--param", "k=2",
-                   "--routing", "single", "--iters", "2", "--name", "merged"])
-    assert status == 0
-    assert no_experiments == [RunConfig(
-        name="merged", topology="fattree", topology_params={"k": 2}, link_rate_mbit=8.0,
-        mtu_bytes=9000, routing="single", workload="allreduce", size_bytes=2 * 1024 * 1024,
-        channels=4, warmup=1, iters=2)]
-    assert "SUMMARY TABLE" in capsys.readouterr().out
+def test_an_experiment_subcommand_builds_its_scenario_from_flags(no_runs):
+    assert main(["allreduce", "--size-bytes", "4096", "--iters", "2", "--rate-mbit", "5"]) == 0
+    (resolved,) = no_runs
+    assert resolved.experiment.name == "allreduce"
+    assert resolved.experiment.params.size_bytes == 4096
+    assert resolved.experiment.rate_mbit == 5
 
 
-def test_run_with_flags_only_uses_defaults(no_experiments):
-    assert main(["run", "--channels", "2"]) == 0
-    assert no_experiments == [RunConfig(channels=2)]
+def test_every_experiment_has_a_subcommand_with_help(capsys):
+    for name in experiment_classes():
+        with pytest.raises(SystemExit) as info:
+            main([name, "--help"])
+        assert info.value.code == 0
+        assert "--accept-untrusted" in capsys.readouterr().out
 
 
-def test_run_same_topology_flag_keeps_the_scenarios_parameters(no_experiments, tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_text("topology: {name: fattree, k: 2}\n")
-    assert main(["run", str(path), "--topology", "fattree"]) == 0
-    assert no_experiments[0].topology_params == {"k": 2}
+def test_the_registry_names_every_experiment_folder():
+    folders = {p.name for p in (REPO / "testbed" / "experiments").iterdir()
+               if (p / "experiment.py").exists()}
+    modules = {path.split(":")[0].split(".")[2] for path in EXPERIMENTS.values()}
+    assert folders == modules
+    assert set(experiment_classes()) == set(EXPERIMENTS)
 
 
-def test_run_other_topology_starts_from_its_own_parameters(no_experiments, capsys, tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_text("topology: {name: fattree, k: 3}\n")  # k=3 would be rejected if kept
-    assert main(["run", str(path), "--topology", "nosuch"]) == USAGE_ERROR_STATUS
-    assert "unknown topology 'nosuch'" in one_line_error(capsys)
+# --- exit status --------------------------------------------------------------------------------
 
 
-def test_run_exit_status_follows_verification(monkeypatch, capsys):
-    monkeypatch.setattr(testbed.experiments.allreduce.run, "run_experiment",
-                        lambda config, log=print: {"workload": {"verified": False}})
-    assert main(["run", str(REPO_SCENARIO)]) == 1
+def test_a_failed_check_exits_1_unless_accepted(no_runs):
+    no_runs.verdicts[0] = Verdict([at_least("busbw", 0.5, 0.9, "")],
+                                  [at_least("cpu", 0.5, 0.1, "")])
+    assert main(["run"]) == EXIT_VERDICT
+    assert main(["run", "--accept-failed"]) == EXIT_OK
 
 
-def test_every_scenario_flag_maps_to_a_config_field():
-    assert set(SCENARIO_FLAGS.values()) <= set(RunConfig.__dataclass_fields__)
+def test_an_untrusted_run_exits_1_unless_accepted(no_runs):
+    no_runs.verdicts[0] = Verdict([], [at_least("delivery", 0.5, 0.85, "")])
+    assert main(["run"]) == EXIT_VERDICT
+    assert main(["run", "--accept-untrusted"]) == EXIT_OK
 
 
-# --- topo --------------------------------------------------------------------------------------
+def test_a_run_with_nothing_judging_trust_is_not_trusted(no_runs):
+    no_runs.verdicts[0] = Verdict()
+    assert main(["run"]) == EXIT_VERDICT
+
+
+# --- topo, schema, report, version ---------------------------------------------------------------
 
 
 def test_topo_fattree_k4(capsys):
     assert main(["topo", "fattree", "k=4"]) == 0
     out, err = capsys.readouterr()
-    assert err == ""
     rows = {line.split("  ")[0]: line.split() for line in out.splitlines()}
     assert rows["hosts"][1:] == ["16", "(formula:", "16)"]
-    assert rows["switches"][1:] == ["20", "(formula:", "20)"]
     assert rows["links"][1:] == ["48", "(formula:", "48)"]
-    assert out.splitlines()[5].split()[-3:] == ["4", "(formula:", "4)"]
 
 
-def test_topo_fattree_k4_json(capsys):
-    assert main(["topo", "fattree", "k=4", "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
-    assert info["topology"] == "fattree"
-    assert info["params"]["k"] == 4
-    assert (info["hosts"], info["switches"], info["links"]) == (16, 20, 48)
-    assert info["equal_cost_paths"] == 4
-    assert info["formula"] == {"hosts": 16, "switches": 20, "links": 48, "equal_cost_paths": 4,
-                               "switch_links": 32, "max_switch_ports": 4,
-                               "max_switch_hops_between_hosts": 4,
-                               "bisection_bandwidth_mbit": 800.0}
-    assert info["switches_by_role"] == {"core": 4, "aggregation": 8, "edge": 8}
-    assert info["bisection_bandwidth_mbit"] == 800.0
-    assert info["oversubscription"] is None
+def test_topo_errors_name_the_parameter(capsys):
+    assert main(["topo", "fattree", "k=3"]) == EXIT_USAGE
+    assert error_lines(capsys)[0].startswith("testbed: error: k: must be an even integer")
 
 
-def test_topo_default_k_and_rate_parameter(capsys):
-    assert main(["topo", "fattree", "host_rate_mbit=25", "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
-    assert info["params"] == {"k": 4, "host_rate_mbit": 25, "fabric_rate_mbit": 25}
+@pytest.mark.parametrize(("suffix", "magic"), [("png", b"\x89PNG"), ("svg", b"<?xml"),
+                                               ("pdf", b"%PDF")])
+def test_topo_draw_writes_the_format_the_suffix_names(capsys, tmp_path, suffix, magic):
+    target = tmp_path / f"t.{suffix}"
+    assert main(["topo", "spineleaf", "leaves=2", "--draw", str(target)]) == 0
+    assert target.read_bytes().startswith(magic)
 
 
-def test_topo_draw_writes_the_default_png(capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert main(["topo", "spineleaf", "leaves=2", "--draw"]) == 0
+def test_topo_draw_refuses_an_unknown_suffix(capsys, tmp_path):
+    assert main(["topo", "spineleaf", "--draw", str(tmp_path / "t.jpg")]) == EXIT_USAGE
+    assert "cannot draw jpg" in error_lines(capsys)[0]
+
+
+def test_topo_json_into_a_closed_pipe_ends_quietly():
+    """`testbed topo ... --json | head -1`: no BrokenPipe traceback, exit 0."""
+    proc = subprocess.run(f"{sys.executable} -m testbed topo fattree k=8 --json | head -1",
+                          shell=True, capture_output=True, text=True, check=False)
+    assert proc.stdout == "{\n" and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_schema_prints_json(capsys):
+    assert main(["schema"]) == 0
+    assert "allreduce" in json.loads(capsys.readouterr().out)["properties"]["experiment"]["enum"]
+
+
+def test_version_names_the_version_and_commit(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[-1] == "drawing: results/topo-spineleaf.png"
-    png = tmp_path / "results" / "topo-spineleaf.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.startswith(f"testbed {testbed.__version__}")
+    assert "(commit " in out  # this is a git checkout
 
 
-def test_topo_draw_to_a_path_keeps_json_on_stdout(capsys, tmp_path):
-    target = tmp_path / "sub" / "df.png"
-    assert main(["topo", "dragonfly", "--json", "--draw", str(target)]) == 0
-    out, err = capsys.readouterr()
-    assert json.loads(out)["hosts"] == 72
-    assert err == f"drawing: {target}\n"
-    assert target.stat().st_size > 10_000
-
-
-def test_topo_draw_swallowing_a_parameter_is_a_usage_error(capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert main(["topo", "fattree", "--draw", "k=4"]) == USAGE_ERROR_STATUS
-    assert "--draw: expected a PNG path, got 'k=4'" in one_line_error(capsys)
-    assert not (tmp_path / "results").exists()
+def test_report_compares_runs(capsys, tmp_path):
+    for name, measured in (("a", 0.95), ("b", 0.5)):
+        run = tmp_path / name
+        run.mkdir()
+        verdict = Verdict([at_least("busbw", measured, 0.9, "fraction")])
+        (run / "summary.json").write_text(json.dumps({
+            "run_id": name, "experiment": "allreduce", "status": "complete",
+            "link_rate_mbit": 6, "verdict": verdict.to_dict()}))
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "0.95 PASS" in out and "0.5 FAIL" in out
 
 
 def test_no_command_is_a_one_line_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         main([])
-    assert info.value.code == 2
+    assert info.value.code == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("testbed: error: ") and err.count("\n") == 1
-    assert "command" in err
-
-
-def test_bad_flag_type_is_a_one_line_error_naming_the_flag(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["run", "--rate-mbit", "abc"])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--rate-mbit" in err and "'abc'" in err

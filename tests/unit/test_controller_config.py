@@ -24,8 +24,8 @@ from testbed.controllers.apps.config import (
 from testbed.controllers.apps.launcher import parse_args
 from testbed.controllers.routing.fabric_state import AnycastService
 from testbed.errors import ConfigError
-from testbed.experiments.allreduce.run import RunConfig, ecmp_spread
-from testbed.harness.scenario import config_from_dict, load_scenario
+from testbed.experiments.allreduce.experiment import ecmp_spread
+from testbed.harness.scenario import load, validate
 from testbed.measure.telemetry import link_directions
 from testbed.model.topology import build
 
@@ -116,30 +116,31 @@ def test_launcher_takes_dragonfly_modes_for_a_dragonfly(tmp_path):
      "'p9e9h9' is not a host"),
     ({"anycast": {"service_ip": "172.16.0.1", "replicas": ["p0e0h0"]}}, "anycast",
      "in 10.0.0.0/8"),
-    ({"anycast": ANYCAST | {"port": 80}}, "anycast", 'exactly "service_ip" and "replicas"'),
+    ({"anycast": ANYCAST | {"port": 80}}, "anycast.port", "unknown field"),
     ({"anycast": {"service_ip": "10.255.0.1", "replicas": ["g0r0h0"]},
       "topology": SMALL_DRAGONFLY, "routing": "ugal"}, "anycast", "needs routing ecmp or single"),
-    ({"anycast": "10.255.0.1"}, "anycast", "must be dict | None"),
+    ({"anycast": "10.255.0.1"}, "anycast", "valid dictionary"),
 ])
-def test_run_config_refusals_name_their_field(data, field, words):
+def test_scenario_refusals_name_their_field(data, field, words):
     with pytest.raises(ConfigError) as info:
-        config_from_dict(data)
-    assert info.value.field == field
-    assert words in str(info.value)
+        validate({"name": "x", **data})
+    found = [p for p in info.value.problems if p.field == field]
+    assert found and words in found[0].message, info.value.problems
 
 
-def test_run_config_takes_dragonfly_modes_and_anycast():
+def test_scenarios_take_dragonfly_modes_and_anycast():
     for mode in ("minimal", "valiant", "ugal"):
-        assert config_from_dict({"topology": SMALL_DRAGONFLY, "routing": mode}).routing == mode
-    config = config_from_dict({"anycast": ANYCAST, "routing": "single"})
-    assert config.anycast == ANYCAST
-    assert RunConfig().anycast is None
+        resolved = validate({"name": "x", "topology": SMALL_DRAGONFLY, "routing": mode})
+        assert resolved.setups[0].routing == mode
+    resolved = validate({"name": "x", "anycast": ANYCAST, "routing": "single"})
+    assert resolved.setups[0].anycast == ANYCAST
+    assert validate({"name": "x"}).setups[0].anycast is None
 
 
 def test_repo_scenarios_for_ugal_and_anycast():
-    ugal = load_scenario(REPO / "scenarios" / "dragonfly-ugal-allreduce.yaml")
-    assert (ugal.topology, ugal.routing) == ("dragonfly", "ugal")
-    anycast = load_scenario(REPO / "scenarios" / "fattree-anycast-allreduce.yaml")
+    ugal = load(REPO / "scenarios" / "dragonfly-ugal-allreduce.yaml").setups[0]
+    assert (ugal.fabric.kind, ugal.routing) == ("dragonfly", "ugal")
+    anycast = load(REPO / "scenarios" / "fattree-anycast-allreduce.yaml").setups[0]
     assert (anycast.routing, anycast.anycast) == ("ecmp", ANYCAST)
 
 

@@ -15,7 +15,6 @@ import pytest
 import testbed.experiments.dctcp.run as bench_module
 from testbed import errors
 from testbed.apply.network import default_buffer_bytes
-from testbed.cli import add_dctcp_args, main
 from testbed.errors import ConfigError
 from testbed.experiments.dctcp.run import (
     DROPTAIL,
@@ -330,96 +329,3 @@ def test_results_and_figures_from_files(tmp_path):
     assert [p.name for p in replot(tmp_path)] == ["queue_time.png", "queue_cdf.png"]
     with pytest.raises(errors.TestbedError):
         replot(tmp_path / "n2-ecn")
-
-
-# --- the command ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def started(monkeypatch):
-    """Record configs (validated, as run_dctcp does first) instead of running them."""
-    configs: list[DctcpConfig] = []
-
-    def fake_run(config, log=print):
-        config.validate()
-        configs.append(config)
-
-    monkeypatch.setattr(bench_module, "run_dctcp", fake_run)
-    return configs
-
-
-def test_cli_without_flags_runs_the_defaults(started):
-    assert main(["dctcp"]) == 0
-    assert started == [DctcpConfig()]
-
-
-def test_cli_flags_reach_the_config(started):
-    assert main(["dctcp", "--rate-mbit", "10", "--senders", "2", "4", "8", "--seconds", "20",
-                 "--omit", "3", "--k-bytes", "30000", "--buffer-bytes", "100000",
-                 "--mtu", "1500", "--droptail-cc", "reno", "--ecn-cc", "cubic",
-                 "--results", "out"]) == 0
-    assert started == [DctcpConfig(rate_mbit=10.0, senders=(2, 4, 8), seconds=20, omit_s=3,
-                                   k_bytes=30000, buffer_bytes=100000, mtu_bytes=1500,
-                                   droptail_cc="reno", ecn_cc="cubic", results_dir="out")]
-    assert main(["dctcp", "--rtt-s", "0.002"]) == 0
-    assert started[-1] == replace(DctcpConfig(), rtt_s=0.002)
-
-
-def one_line_error(capsys) -> str:
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.splitlines()) == 1, err
-    assert err.startswith("testbed: error: ")
-    return err
-
-
-@pytest.mark.parametrize(("argv", "field"), [(["--rate-mbit", "0"], "rate_mbit"),
-                                             (["--rate-mbit", "500"], "rate_mbit"),
-                                             (["--senders", "2", "2"], "senders"),
-                                             (["--k-bytes", "125000"], "k_bytes"),
-                                             (["--ecn-cc", "bbr"], "ecn_cc")])
-def test_cli_rejects_bad_values_in_one_line(argv, field, started, capsys):
-    assert main(["dctcp", *argv]) == USAGE_ERROR_STATUS
-    assert f"error: {field}: " in one_line_error(capsys)
-    assert started == []
-
-
-@pytest.mark.parametrize("argv", [["--seconds", "x"], ["--senders"], ["--bogus"]])
-def test_cli_rejects_unparsable_flags_in_one_line(argv, started, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["dctcp", *argv])
-    assert info.value.code == USAGE_ERROR_STATUS
-    one_line_error(capsys)
-    assert started == []
-
-
-def test_cli_replot_needs_a_finished_run(tmp_path, started, capsys):
-    assert main(["dctcp", "--replot", str(tmp_path)]) == USAGE_ERROR_STATUS
-    assert "summary.json" in capsys.readouterr().err
-    assert started == []
-
-
-def rendered(value) -> str:
-    if isinstance(value, tuple):
-        return " ".join(map(str, value))
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def test_the_defaults_named_in_the_help_are_the_configs():
-    from testbed.cli import DCTCP_FLAGS
-
-    parser = argparse.ArgumentParser()
-    add_dctcp_args(parser)
-    defaults = asdict(DctcpConfig())
-    named = 0
-    for action in parser._actions:
-        found = re.search(r"\(default ([^):]+)", action.help or "")
-        if found and action.dest in DCTCP_FLAGS:
-            assert found.group(1) == rendered(defaults[DCTCP_FLAGS[action.dest]]), action.dest
-            named += 1
-    assert named >= 8
-
-
-def test_make_target():
-    makefile = (REPO / "Makefile").read_text()
-    assert re.search(r"^dctcp: install .*\n\t\$\(TESTBED\) dctcp", makefile, re.MULTILINE)
-    assert re.search(r"^\.PHONY:.* dctcp ", makefile, re.MULTILINE)

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_report import make_summary, rows
 
 import testbed.apply.marking as apply
 import testbed.apply.state as state
@@ -26,8 +25,8 @@ from testbed.capabilities import (
     probe_capabilities,
 )
 from testbed.errors import ConfigError
-from testbed.experiments.allreduce.report import format_summary, write_results
-from testbed.harness.scenario import load_scenario
+from testbed.harness.plots import plot_queue_depth
+from testbed.harness.scenario import load
 from testbed.measure.queues import (
     QueueSeries,
     counter_delta,
@@ -100,91 +99,102 @@ STOCK_KERNEL = {"CONFIG_NET_SCH_RED": "y", "CONFIG_NET_CLS_BPF": "y", "CONFIG_TC
                 "CONFIG_TCP_CONG_CUBIC": "y"}
 
 
-def scenario(tmp_path, text: str):
+def scenario(tmp_path, queue: str | None = None, hosts: str | None = None):
+    """A one-leaf scenario with the given queue and hosts sections, loaded and resolved."""
     path = tmp_path / "run.yaml"
-    path.write_text("topology: {name: spineleaf, leaves: 1, spines: 1, hosts_per_leaf: 3}\n"
-                    f"link_rate_mbit: {RATE_MBIT}\nmtu_bytes: {MTU}\n" + text)
-    return load_scenario(path)
+    path.write_text("name: t\ntopology: {name: spineleaf, leaves: 1, spines: 1, "
+                    f"hosts_per_leaf: 3}}\nlink_rate_mbit: {RATE_MBIT}\nmtu_bytes: {MTU}\n"
+                    + (f"queue: {queue}\n" if queue else "")
+                    + (f"hosts: {hosts}\n" if hosts else ""))
+    return load(path)
 
 
-# --- config from YAML -------------------------------------------------------------------------
+# --- the queue section from YAML ----------------------------------------------------------------
 
 
 def test_step_profile_from_yaml(tmp_path):
-    config = scenario(tmp_path, "ecn: {profile: step, k_bytes: 30000}\ntcp_ecn: true\n")
-    settings = config.ecn_settings()
-    assert settings.queue == QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
-    assert settings.scaling is None and settings.prefer_path is None
-    assert settings.sample_ms == 10.0
-    assert config.tcp_ecn is True and config.tcp_cc is None
+    resolved = scenario(tmp_path, "{ecn: {profile: step, k_bytes: 30000}}", "{tcp_ecn: true}")
+    setup = resolved.setups[0]
+    assert setup.queue == QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
+    assert setup.queue_record["ecn"] is None  # a profile as given: no scaling record
+    assert resolved.scenario.queue.path is None and resolved.scenario.queue.sample_ms == 10.0
+    assert setup.tcp.ecn is True and setup.tcp.congestion_control is None
 
 
 def test_red_profile_with_buffer_path_and_sampling_from_yaml(tmp_path):
-    config = scenario(tmp_path, "ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000, "
-                                "pmax: 0.01, buffer_bytes: 90000, path: ebpf, sample_ms: 0}\n"
-                                "tcp_cc: auto\n")
-    settings = config.ecn_settings()
-    assert settings.queue == QueueConfig(90_000, RedEcn(5_000, 60_000, 0.01))
-    assert (settings.prefer_path, settings.sample_ms) == ("ebpf", 0.0)
-    assert config.tcp_cc == "auto"
+    resolved = scenario(tmp_path, "{ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000, "
+                                  "pmax: 0.01}, buffer_bytes: 90000, path: ebpf, sample_ms: 0}",
+                        "{tcp_cc: auto}")
+    assert resolved.setups[0].queue == QueueConfig(90_000, RedEcn(5_000, 60_000, 0.01))
+    assert (resolved.scenario.queue.path, resolved.scenario.queue.sample_ms) == ("ebpf", 0.0)
+    assert resolved.ecn_path == "ebpf"
+    assert resolved.setups[0].tcp.requested == "auto"
 
 
 def test_schemes_take_scaled_defaults_and_keep_the_record(tmp_path):
-    settings = scenario(tmp_path, "ecn: {scheme: dctcp}\n").ecn_settings()
+    setup = scenario(tmp_path, "{ecn: {scheme: dctcp}}").setups[0]
     # 20 packets at 1 Gbit/s scaled to 20 Mbit/s is 600 B, under the floor of two frames.
-    assert settings.queue.ecn == StepEcn(2 * MTU)
-    (k_record,) = settings.scaling["ecn"]
+    assert setup.queue.ecn == StepEcn(2 * MTU)
+    (k_record,) = setup.queue_record["ecn"]["ecn"]
     assert k_record["decided_by"] == "frames" and k_record["emulated_rate_mbit"] == RATE_MBIT
-    settings = scenario(tmp_path, "ecn: {scheme: dcqcn}\n").ecn_settings()
-    assert isinstance(settings.queue.ecn, RedEcn)
-    assert settings.queue.pfc is None and "pfc" not in settings.scaling  # no pausing yet
-    json.dumps(settings.scaling)
-    settings = scenario(tmp_path, "ecn: {scheme: dctcp, rtt_s: 0.1}\n").ecn_settings()
-    assert settings.queue.ecn.k_bytes == int(RATE_MBIT * 1e6 / 8 * 0.1 / 7) + 1
+    setup = scenario(tmp_path, "{ecn: {scheme: dcqcn}}").setups[0]
+    assert isinstance(setup.queue.ecn, RedEcn)
+    assert setup.queue.pfc is None and "pfc" not in setup.queue_record  # PFC only when asked
+    json.dumps(setup.queue_record)
+    setup = scenario(tmp_path, "{ecn: {scheme: dctcp, rtt_s: 0.1}}").setups[0]
+    assert setup.queue.ecn.k_bytes == int(RATE_MBIT * 1e6 / 8 * 0.1 / 7) + 1
 
 
 INVALID_SECTIONS = [
-    # (YAML, field named in the one-line error)
-    ("ecn: {profile: step}", "ecn.k_bytes"),
-    ("ecn: {profile: step, k_bytes: 30000.5}", "ecn.k_bytes"),
-    ("ecn: {profile: step, k_bytes: 0}", "ecn.k_bytes"),
-    ("ecn: {profile: step, k_bytes: 125000}", "ecn.k_bytes"),  # at the buffer: never marks
-    ("ecn: {profile: step, k_bytes: 30000, pmax: 0.1}", "ecn.pmax"),
-    ("ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000}", "ecn.pmax"),
-    ("ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000, pmax: 2}", "ecn.pmax"),
-    ("ecn: {profile: red, kmin_bytes: 60000, kmax_bytes: 5000, pmax: 0.1}", "ecn.kmin_bytes"),
-    ("ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.1}", "ecn.kmax_bytes"),
-    ("ecn: {profile: pie, k_bytes: 30000}", "ecn.profile"),
-    ("ecn: {scheme: timely}", "ecn.scheme"),
-    ("ecn: {scheme: dcqcn, rtt_s: 0.001}", "ecn.rtt_s"),
-    ("ecn: {scheme: dctcp, k_bytes: 30000}", "ecn.k_bytes"),
-    ("ecn: {scheme: dctcp, profile: step, k_bytes: 30000}", "ecn"),
-    ("ecn: {buffer_bytes: 90000}", "ecn"),
-    ("ecn: {profile: step, k_bytes: 30000, buffer_bytes: 0}", "ecn.buffer_bytes"),
-    ("ecn: {profile: step, k_bytes: 30000, path: pie}", "ecn.path"),
-    ("ecn: {profile: step, k_bytes: 30000, sample_ms: -1}", "ecn.sample_ms"),
-    ("ecn: {profile: step, k_bytes: 30000, sample_ms: true}", "ecn.sample_ms"),
-    ("ecn: {profile: step, k_bytes: 30000, kbytes: 1}", "ecn.kbytes"),
-    ("ecn: [step, 30000]", "ecn"),
-    ("tcp_ecn: 1", "tcp_ecn"),
-    ("tcp_ecn: 'on'", "tcp_ecn"),
-    ("tcp_cc: bbr", "tcp_cc"),
-    ("tcp_cc: 3", "tcp_cc"),
+    # (queue section, field named in the error)
+    ("{ecn: {profile: step}}", "queue.ecn.k_bytes"),
+    ("{ecn: {profile: step, k_bytes: 30000.5}}", "queue.ecn.k_bytes"),
+    ("{ecn: {profile: step, k_bytes: 0}}", "queue.ecn.k_bytes"),
+    ("{ecn: {profile: step, k_bytes: 125000}}", "queue.ecn.k_bytes"),  # at the buffer
+    ("{ecn: {profile: step, k_bytes: 30000, pmax: 0.1}}", "queue.ecn.pmax"),
+    ("{ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000}}", "queue.ecn.pmax"),
+    ("{ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 60000, pmax: 2}}", "queue.ecn.pmax"),
+    ("{ecn: {profile: red, kmin_bytes: 60000, kmax_bytes: 5000, pmax: 0.1}}",
+     "queue.ecn.kmin_bytes"),
+    ("{ecn: {profile: red, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.1}}",
+     "queue.ecn.kmax_bytes"),
+    ("{ecn: {profile: pie, k_bytes: 30000}}", "queue.ecn.profile"),
+    ("{ecn: {scheme: timely}}", "queue.ecn.scheme"),
+    ("{ecn: {scheme: dcqcn, rtt_s: 0.001}}", "queue.ecn.rtt_s"),
+    ("{ecn: {scheme: dctcp, k_bytes: 30000}}", "queue.ecn.k_bytes"),
+    ("{ecn: {scheme: dctcp, profile: step, k_bytes: 30000}}", "queue.ecn"),
+    ("{ecn: {}}", "queue.ecn"),
+    ("{buffer_bytes: 0, ecn: {profile: step, k_bytes: 30000}}", "queue.buffer_bytes"),
+    ("{path: pie, ecn: {profile: step, k_bytes: 30000}}", "queue.path"),
+    ("{sample_ms: -1, ecn: {profile: step, k_bytes: 30000}}", "queue.sample_ms"),
+    ("{sample_ms: true, ecn: {profile: step, k_bytes: 30000}}", "queue.sample_ms"),
+    ("{ecn: {profile: step, k_bytes: 30000, kbytes: 1}}", "queue.ecn.kbytes"),
+    ("{ecn: {profile: step, k_bytes: 30000, path: ebpf}}", "queue.ecn.path"),
+    ("{ecn: [step, 30000]}", "queue.ecn"),
 ]
 
 
-@pytest.mark.parametrize(("text", "field"), INVALID_SECTIONS,
+@pytest.mark.parametrize(("queue", "field"), INVALID_SECTIONS,
                          ids=[text for text, _ in INVALID_SECTIONS])
-def test_invalid_settings_are_one_line_errors_naming_the_field(tmp_path, text, field):
+def test_invalid_queue_sections_name_the_field(tmp_path, queue, field):
     with pytest.raises(ConfigError) as err:
-        scenario(tmp_path, text + "\n")
-    assert err.value.field == field
-    assert "\n" not in str(err.value)
+        scenario(tmp_path, queue)
+    assert [p.field for p in err.value.problems] == [field], err.value.problems
+
+
+@pytest.mark.parametrize(("hosts", "field"), [("{tcp_ecn: 1}", "hosts.tcp_ecn"),
+                                              ("{tcp_ecn: 'on'}", "hosts.tcp_ecn"),
+                                              ("{tcp_cc: bbr}", "hosts.tcp_cc"),
+                                              ("{tcp_cc: 3}", "hosts.tcp_cc")])
+def test_invalid_hosts_sections_name_the_field(tmp_path, hosts, field):
+    with pytest.raises(ConfigError) as err:
+        scenario(tmp_path, hosts=hosts)
+    assert [p.field for p in err.value.problems] == [field], err.value.problems
 
 
 def test_no_section_is_no_marking(tmp_path):
-    config = scenario(tmp_path, "ecn: null\ntcp_cc: null\n")
-    assert config.ecn_settings() is None
+    resolved = scenario(tmp_path)
+    assert resolved.setups[0].queue is None and resolved.ecn_path is None
     assert ecn_settings(None, RATE_MBIT, MTU, BUFFER_BYTES) is None
 
 
@@ -543,11 +553,10 @@ class FakeMarking:
 def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path):
     settings = ecn_settings({"scheme": "dctcp", "sample_ms": SAMPLE_INTERVAL_S * 1000},
                             RATE_MBIT, MTU, BUFFER_BYTES)
-    summary = {"run_id": "run-1", "results_dir": str(tmp_path),
-               "host_tcp": tcp_settings(True, "auto", platform()).to_dict()}
-    with apply.ecn_monitoring(FakeMarking(), settings, summary):
+    result: dict = {}
+    with apply.ecn_monitoring(FakeMarking(), settings, result):
         time.sleep(SAMPLING_WINDOW_S)
-    ecn = summary["ecn"]
+    ecn = result["ecn"]
     assert ecn["path"] == "ebpf"
     assert ecn["queue"] == queue_record(settings.queue) == {
         "buffer_bytes": BUFFER_BYTES, "ecn": {"profile": "step", "k_bytes": 2 * MTU}}
@@ -558,41 +567,19 @@ def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path)
     assert depth["samples"] >= MIN_SAMPLES and depth["ports"]["l0-eth3"]["max"] == 31_000
     assert depth["ports"]["l0-eth3"]["above_threshold_fraction"] == 1.0
     assert ecn["sampler_error"] is None
-
-    # summary.json without the raw series, which go to queue_depth.json, plotted
-    summary["workload"] = {}
-    plots = write_results(summary, tmp_path, three_hosts_one_leaf())
-    written = json.loads((tmp_path / "summary.json").read_text())
-    assert "samples" not in written["ecn"] and written["ecn"]["path"] == "ebpf"
-    series = json.loads((tmp_path / "queue_depth.json").read_text())
-    assert series["depth_bytes"]["l0-eth3"][0] == 31_000
-    assert plots == [tmp_path / "queue_depth.png"]
-    assert (tmp_path / "queue_depth.png").read_bytes().startswith(PNG_MAGIC)
+    assert ecn["samples"]["depth_bytes"]["l0-eth3"][0] == 31_000
+    path = plot_queue_depth(ecn["samples"], ecn, "r1 | spineleaf | 20 Mbit/s", tmp_path / "q.png")
+    assert path.read_bytes().startswith(PNG_MAGIC)
 
 
 def test_without_marking_the_run_has_no_ecn_part():
-    summary: dict = {}
-    with apply.ecn_monitoring(None, None, summary):
+    result: dict = {}
+    with apply.ecn_monitoring(None, None, result):
         pass
-    assert summary == {}
+    assert result == {}
     settings = EcnSettings(QueueConfig(BUFFER_BYTES), None, None, 0.0)
     report = ecn_report(settings, "red-qdisc", {}, None)
     assert report["queue_depth"] is None and report["marking_starts_bytes"] is None
-
-
-def test_the_printed_summary_names_the_host_tcp_and_the_marking():
-    summary = make_summary()
-    summary["host_tcp"] = tcp_settings(False, "auto", platform()).to_dict()
-    settings = ecn_settings({"profile": "step", "k_bytes": K_BYTES}, RATE_MBIT, MTU, BUFFER_BYTES)
-    counters = {"l0-eth3": {"marks": 150, "ect_packets": 1500, "max_queue_bytes": 34_000,
-                            "fifo_drops": 0}}
-    summary["ecn"] = ecn_report(settings, "ebpf", counters, None)
-    table = rows(format_summary(summary))
-    assert table["host TCP"].startswith("cubic, ECN on (best available here: cubic+ecn")
-    assert table["ECN marking"] == (
-        f"ebpf, {{'profile': 'step', 'k_bytes': {K_BYTES}}}, buffer {BUFFER_BYTES} B: 150 CE "
-        "marks of 1500 ECT packets on 1 ports; peak queue 34000 B; 0 FIFO drops")
-    assert "ECN marking" not in rows(format_summary(make_summary()))
 
 
 def test_doctor_says_which_ecn_path_this_machine_takes():

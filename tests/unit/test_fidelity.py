@@ -67,4 +67,17 @@ def test_emulator_losses_by_conservation(rx, tx, drops, lost):
 def test_verdict_serialises_every_input():
     d = judge(**GOOD).to_dict()
     assert set(d) == {"trustworthy", "reasons", "cpu_busy_fraction", "vswitchd_cores",
-                      "link_delivery_fraction", "emulator_loss_fraction", "notes"}
+                      "link_delivery_fraction", "emulator_loss_fraction", "notes", "checks"}
+    assert [c["name"] for c in d["checks"]] == ["machine CPU busy",
+                                               "packets lost inside the switches",
+                                               "busiest link delivery"]
+    assert all(c["passed"] for c in d["checks"])
+
+
+def test_checks_fail_where_the_verdict_does():
+    d = judge(**{**GOOD, "cpu_busy_fraction": 0.99, "link_delivery_fraction": 0.5}).to_dict()
+    outcomes = {c["name"]: c["outcome"] for c in d["checks"]}
+    assert outcomes == {"machine CPU busy": "FAIL", "packets lost inside the switches": "PASS",
+                        "busiest link delivery": "FAIL"}
+    assert [c["name"] for c in judge(**GOOD, bandwidth_bound=False).to_dict()["checks"]] == [
+        "machine CPU busy", "packets lost inside the switches"]

@@ -18,7 +18,6 @@ import pytest
 import testbed.experiments.incast.run
 from testbed import errors
 from testbed.capabilities import Platform, choose_paths, probe_capabilities
-from testbed.cli import main
 from testbed.errors import ConfigError
 from testbed.experiments.incast.run import (
     DROPTAIL,
@@ -32,25 +31,23 @@ from testbed.experiments.incast.run import (
     bottleneck_port,
     client_argv,
     completion_stats,
-    counter_deltas,
     format_table,
     ideal_round_s,
     mode_queue,
     mode_tcp,
     parse_int_list,
-    parse_proc_net,
-    percentile,
     pfc_counters,
     pfc_delta,
     require_pfc_support,
     sender_hosts,
     server_argv,
     summarize,
-    tcp_loss_counters,
     timeout_onset,
     verdict,
     write_incast_results,
 )
+from testbed.harness.flows import counter_deltas, parse_proc_net, tcp_loss_counters
+from testbed.measure.stats import percentile
 from testbed.plan.profiles import StepEcn
 from testbed.traffic import incast as program
 
@@ -626,50 +623,3 @@ def test_results_and_figures_are_written(tmp_path):
 # --- the command ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def started(monkeypatch):
-    """Record the configs ``testbed incast`` asks for, validated as the run would."""
-    configs: list[IncastConfig] = []
-
-    def fake_run(config, log=print):
-        config.validate()
-        configs.append(config)
-        return IncastResult(config={})
-
-    monkeypatch.setattr(testbed.experiments.incast.run, "run_incast", fake_run)
-    return configs
-
-
-def test_the_command_builds_the_config(started):
-    assert main(["incast", "--sweep", "1,3,7,15", "--mode", "droptail", "--mode", "ecn",
-                 "--rounds", "5", "--warmup", "0", "--buffer-bytes", "30000"]) == 0
-    config = started[0]
-    assert config.fanins == (1, 3, 7, 15) and config.modes == (DROPTAIL, ECN)
-    assert config.rounds == 5 and config.warmup_rounds == 0 and config.buffer_bytes == 30000
-    assert config.rate_mbit == IncastConfig.rate_mbit  # unset flags keep the defaults
-    assert main(["incast", "--fanin", "3"]) == 0
-    assert started[1].fanins == (3,) and started[1].modes == MODES
-
-
-@pytest.mark.parametrize("argv", [["incast", "--sweep", "1,x"], ["incast", "--fanin", "16"],
-                                  ["incast", "--dscp", "0"]])
-def test_bad_input_is_one_line(started, capsys, argv):
-    assert main(argv) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.splitlines()) == 1 and err.startswith("testbed: error: ")
-    assert started == []
-
-
-def test_fanin_and_sweep_exclude_each_other(started, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["incast", "--fanin", "3", "--sweep", "1,3"])
-    assert info.value.code == 2
-    assert capsys.readouterr().err.startswith("testbed: error: ")
-
-
-def test_a_stopped_measurement_makes_the_command_fail(monkeypatch):
-    def stopped(config, log=print):
-        return result_of(measurement(error="round 0: timed out"))
-
-    monkeypatch.setattr(testbed.experiments.incast.run, "run_incast", stopped)
-    assert main(["incast", "--fanin", "2"]) == 1

@@ -14,7 +14,7 @@ from testbed.measure.openflow import (
     reaction_times,
     window_mean_mbit,
 )
-from testbed.model.port_stats import (
+from testbed.model.records import (
     PortSample,
     port_samples,
     port_tx_rates_mbit,

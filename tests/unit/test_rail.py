@@ -25,7 +25,7 @@ from testbed.controllers.routing.forwarding import (
     route_priority,
 )
 from testbed.errors import ConfigError
-from testbed.harness.scenario import load_scenario
+from testbed.harness.scenario import load
 from testbed.model.topology import build
 from testbed.model.topology.base import (
     HOST,
@@ -292,8 +292,7 @@ def test_rail_ports_of_a_fabric_without_gpu_links_is_empty_per_node():
 
 
 def test_rail_scenario_and_make_target():
-    config = load_scenario(REPO / "scenarios" / "rail-allreduce.yaml")
-    fabric = config.fabric()
+    fabric = load(REPO / "scenarios" / "rail-allreduce.yaml").setups[0].fabric
     assert fabric.kind == "rail"
     assert (len(fabric.hosts), len(fabric.switches)) == (8, 8)
     makefile = (REPO / "Makefile").read_text()

@@ -85,18 +85,23 @@ def test_window_rates_over_the_whole_series(series):
     assert rates["b->a"] == pytest.approx(250_000 * 8 / 3.0 / 1e6, rel=RATE_REL_TOL)
 
 
-def test_window_rates_use_the_samples_inside_the_window(series):
-    # samples at 2.0 .. 3.0 are inside [1.9, 3.2]
+def test_window_rates_interpolate_the_counters_at_the_window_ends(series):
+    # [1.9, 3.2] is clamped to the last sample, 3.0. a->b at 1.9: 187500 + 62500 * 0.4 / 0.5
+    # = 237500; at 3.0: 375000: 137500 B in 1.1 s = 1 Mbit/s. b->a: 0 at 1.9, 250000 at 3.0.
     rates = window_rates_mbit(series, 1.9, 3.2)
     assert rates["a->b"] == pytest.approx(1.0, rel=RATE_REL_TOL)
-    assert rates["b->a"] == pytest.approx(2.0, rel=RATE_REL_TOL)
-    # ends are inclusive
+    assert rates["b->a"] == pytest.approx(250_000 * 8 / 1.1 / 1e6, rel=RATE_REL_TOL)
     assert window_rates_mbit(series, 2.5, 3.0)["b->a"] == pytest.approx(2.0, rel=RATE_REL_TOL)
     assert window_rates_mbit(series, 0.0, 2.0)["b->a"] == 0.0
 
 
-@pytest.mark.parametrize(("start", "end"), [(0.6, 0.9), (1.0, 1.0), (5.0, 9.0), (2.0, 1.0)])
-def test_window_rates_need_two_samples(series, start, end):
+def test_a_window_between_two_samples_gets_the_interpolated_rate(series):
+    rates = window_rates_mbit(series, 0.6, 0.9)
+    assert rates == {"a->b": pytest.approx(1.0, rel=RATE_REL_TOL), "b->a": 0.0}
+
+
+@pytest.mark.parametrize(("start", "end"), [(1.0, 1.0), (5.0, 9.0), (2.0, 1.0)])
+def test_an_empty_window_has_no_rate(series, start, end):
     assert window_rates_mbit(series, start, end) == {"a->b": 0.0, "b->a": 0.0}
 
 

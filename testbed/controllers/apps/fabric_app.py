@@ -77,7 +77,7 @@ from testbed.controllers.routing.ugal import (
     flow_weight,
     placement_plan,
 )
-from testbed.model.port_stats import port_tx_rates_mbit
+from testbed.model.records import port_tx_rates_mbit
 from testbed.model.topology.base import Fabric
 
 GROUP_COMMANDS = {ADD: ofproto_v1_3.OFPGC_ADD, MODIFY: ofproto_v1_3.OFPGC_MODIFY,

@@ -26,7 +26,7 @@ from testbed.controllers.apps.guard import survives
 from testbed.controllers.apps.poller import PollingApp
 from testbed.controllers.routing.dragonfly import UGAL
 from testbed.controllers.routing.fabric_state import link_ends
-from testbed.model.port_stats import PortSample
+from testbed.model.records import PortSample
 from testbed.model.topology.base import Fabric
 
 

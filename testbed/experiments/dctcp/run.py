@@ -620,7 +620,7 @@ def measure_configuration(net, bench: Bench, config: DctcpConfig, queueing: str,
                           log) -> ConfigurationResult:
     """Every sender's long flow into the receiver at once, with the bottleneck queue sampled
     every 10 ms, link counters and CPU every 0.25 s, and the port's counters around it."""
-    from testbed.experiments.hedera.run import SERVER_START_S, run_flows
+    from testbed.harness.flows import SERVER_START_S, run_flows
     from testbed.measure.fidelity import emulator_losses, judge
     from testbed.measure.queues import counter_delta, queue_sampling
     from testbed.measure.stats import jain_index

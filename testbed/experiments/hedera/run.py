@@ -18,13 +18,12 @@ servers' side of iperf3 (``sum_received``), after ``omit_s`` seconds of TCP star
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.apply.network import FabricNetwork
 from testbed.errors import ConfigError, TestbedError
+from testbed.harness.flows import run_flows
 from testbed.harness.run import interrupts_as_exceptions, machine, new_run_id
 from testbed.measure.stats import jain_index
 from testbed.model.topology.base import Fabric
@@ -32,9 +31,6 @@ from testbed.model.topology.fattree import fat_tree
 from testbed.model.topology.spineleaf import spine_leaf
 from testbed.traffic.patterns import HEDERA_PATTERNS, pattern_pairs
 
-BASE_PORT = 5400
-SERVER_START_S = 0.5       # iperf3 servers listening before the clients connect
-CLIENT_GRACE_S = 30.0      # beyond the flow time, before a client counts as hung
 NONBLOCKING_MIN_FRACTION = 0.85  # the reference below this: the emulator did not keep up
 SPREAD_EDGE = "p0e0"
 SPREAD_DESTINATIONS = ("p1e0h0", "p1e1h1", "p2e0h1", "p2e1h0", "p3e0h0", "p3e1h1", "p1e0h1",
@@ -97,43 +93,6 @@ class HederaResult:
     config: dict
     patterns: dict[str, dict[str, PatternResult]] = field(default_factory=dict)
     spread: dict[str, SpreadResult] = field(default_factory=dict)
-
-
-def run_flows(net: FabricNetwork, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
-              streams: int = 1, tos: int = 0) -> tuple[list[float], list[str]]:
-    """One iperf3 flow (of ``streams`` parallel TCP connections) per (source, destination)
-    host pair, all at once, its packets carrying IP TOS ``tos`` (DSCP << 2: the traffic
-    class); returns the Mbit/s each destination received, and the errors of flows that
-    failed."""
-    servers = [net.popen(dst, ["iperf3", "-s", "-1", "-p", str(BASE_PORT + i)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-               for i, (_, dst) in enumerate(pairs)]
-    time.sleep(SERVER_START_S)
-    clients = [net.popen(src, ["iperf3", "-c", net.fabric.nodes[dst].ip, "-p", str(BASE_PORT + i),
-                               "-t", str(seconds), "-O", str(omit_s), "-P", str(streams),
-                               "-S", str(tos), "-J"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for i, (src, dst) in enumerate(pairs)]
-    rates, errors = [], []
-    try:
-        for (src, dst), client in zip(pairs, clients):
-            out, _ = client.communicate(timeout=seconds + omit_s + CLIENT_GRACE_S)
-            try:
-                report = json.loads(out)
-            except ValueError:
-                raise TestbedError(f"iperf3 {src} -> {dst} failed: {out.strip()[-200:]}") from None
-            received = report.get("end", {}).get("sum_received")
-            # A flow that died mid-run (a TCP connection timing out under heavy loss) counts
-            # as nothing received, and is reported.
-            rates.append(received["bits_per_second"] / 1e6 if received else 0.0)
-            if "error" in report:
-                errors.append(f"{src} -> {dst}: {report['error']}")
-    finally:
-        for proc in clients + servers:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-    return rates, errors
 
 
 def measure_pairs(net: FabricNetwork, name: str, pairs: list[tuple[str, str]],

@@ -41,6 +41,7 @@ from testbed.apply.marking import ecn_monitoring, object_is_current
 from testbed.apply.network import FabricNetwork, default_buffer_bytes
 from testbed.capabilities import Platform, detect, missing_capabilities
 from testbed.errors import ConfigError, TestbedError
+from testbed.harness.flows import counter_deltas, read_tcp_counters
 from testbed.harness.run import interrupts_as_exceptions, machine, new_run_id
 from testbed.measure.fidelity import MAX_EMULATOR_LOSS_FRACTION, emulator_losses
 from testbed.measure.stats import percentile
@@ -80,8 +81,6 @@ MIN_BUFFER_FRAMES = 2  # a buffer must hold a frame in service and one behind it
 BASE_CC, FALLBACK_CC = "cubic", "reno"
 CLIENT_GRACE_S = 30.0  # beyond the rounds' own time limits, before the client counts as hung
 SERVER_EXIT_S = 5.0  # servers exit once the client closes its connections
-COUNTER_READ_TIMEOUT_S = 10.0
-PROC_TCP_FILES = ("/proc/net/netstat", "/proc/net/snmp")
 PFC_SUMMARY_KEYS = ("pause_frames_sent", "pause_frames_received", "paused_time_s",
                     "lossless_drops")
 PFC_MISSING = ("pfc mode needs PFC pause enforcement in the fabric (FabricNetwork.pfc_summary), "
@@ -249,60 +248,6 @@ def bottleneck_port(fabric: Fabric, receiver: str) -> str:
 
 
 # --- counters ---------------------------------------------------------------------------------
-
-
-def parse_proc_net(text: str) -> dict[str, dict[str, int]]:
-    """/proc/net/netstat and /proc/net/snmp (either, or both concatenated) as tables: each
-    prefix (``TcpExt``, ``Tcp``, ...) comes as a line of names, then a line of values."""
-    tables: dict[str, dict[str, int]] = {}
-    names: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        prefix, sep, rest = line.partition(":")
-        if not sep:
-            continue
-        fields = rest.split()
-        if prefix in names:
-            tables[prefix] = dict(zip(names.pop(prefix), (int(v) for v in fields)))
-        else:
-            names[prefix] = fields
-    return tables
-
-
-def tcp_loss_counters(text: str) -> dict[str, int]:
-    """Retransmission timeouts (TcpExt TCPTimeouts) and retransmitted segments (Tcp
-    RetransSegs) from the two files' text."""
-    tables = parse_proc_net(text)
-    try:
-        return {"timeouts": tables["TcpExt"]["TCPTimeouts"],
-                "retransmits": tables["Tcp"]["RetransSegs"]}
-    except KeyError as missing:
-        raise TestbedError(f"no {missing} counter in {' and '.join(PROC_TCP_FILES)}") from None
-
-
-def counter_deltas(before: dict[str, dict[str, int]],
-                   after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """Per host, every counter's increase between two readings."""
-    return {host: {name: value - before[host][name] for name, value in values.items()}
-            for host, values in after.items()}
-
-
-def read_tcp_counters(net: FabricNetwork, hosts: list[str]) -> dict[str, dict[str, int]]:
-    """Every host's TCP loss counters, read in its own namespace, all hosts at once."""
-    procs = {host: net.popen(host, ["cat", *PROC_TCP_FILES], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for host in hosts}
-    counters = {}
-    for host, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=COUNTER_READ_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise TestbedError(f"{host}: reading its TCP counters took over "
-                               f"{COUNTER_READ_TIMEOUT_S:g} s") from None
-        if proc.returncode != 0:
-            raise TestbedError(f"{host}: cannot read its TCP counters: {err.strip()[-200:]}")
-        counters[host] = tcp_loss_counters(out)
-    return counters
 
 
 def pfc_counters(net) -> dict:

@@ -48,7 +48,6 @@ from testbed.apply.marking import ecn_monitoring, object_is_current
 from testbed.apply.pfc_agent import EVENTS_FILE
 from testbed.capabilities import detect
 from testbed.errors import ConfigError, TestbedError
-from testbed.experiments.hedera.run import SERVER_START_S, run_flows
 from testbed.experiments.incast.run import (
     DROPTAIL,
     ECN,
@@ -56,6 +55,7 @@ from testbed.experiments.incast.run import (
     mode_tcp,
     queue_description,
 )
+from testbed.harness.flows import SERVER_START_S, run_flows
 from testbed.harness.run import interrupts_as_exceptions, machine, new_run_id
 from testbed.measure.fidelity import emulator_losses, judge
 from testbed.measure.telemetry import (
@@ -64,7 +64,7 @@ from testbed.measure.telemetry import (
     window_mean,
     window_rates_mbit,
 )
-from testbed.model.port_stats import read_json_lines
+from testbed.model.records import read_json_lines
 from testbed.model.topology.base import Fabric
 from testbed.model.topology.checks import check_count, check_rate
 from testbed.model.topology.fattree import fat_tree

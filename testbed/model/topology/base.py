@@ -19,8 +19,9 @@ HOST = "host"
 EDGE, AGGREGATION, CORE = "edge", "aggregation", "core"
 LEAF, SPINE, SUPERSPINE = "leaf", "spine", "superspine"
 ROUTER, NVSWITCH = "router", "nvswitch"
+SWITCH = "switch"  # a switch of an explicit topology, with no tier of its own
 ROLE_CODES = {EDGE: 1, AGGREGATION: 2, CORE: 3, LEAF: 4, SPINE: 5, SUPERSPINE: 6, ROUTER: 7,
-              NVSWITCH: 8}
+              NVSWITCH: 8, SWITCH: 9}
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,12 @@ class Fabric:
 
     def interface_names(self) -> list[str]:
         return [link.intf(end) for link in self.links for end in (0, 1)]
+
+    def label(self) -> str:
+        """``fattree k=4``: the family and the parameters that shape it (rates left out)."""
+        shown = [f"{k}={v}" for k, v in self.params.items()
+                 if not k.endswith(("_mbit", "ratio", "subscription")) and v is not None]
+        return " ".join([self.kind, *shown])
 
     def to_dict(self) -> dict:
         return {

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from testbed.errors import ConfigError
 from testbed.model.topology.base import HOST, Fabric
 
 _SOURCE, _SINK = ("cut", "source"), ("cut", "sink")  # tuples never clash with node names
@@ -292,8 +293,22 @@ def group_layout(fabric: Fabric) -> dict[str, tuple[float, float]]:
     return pos
 
 
+DRAWING_FORMATS = ("png", "svg", "pdf")
+
+
+def drawing_format(path) -> str:
+    """The image format a drawing's file name asks for (by its suffix)."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in DRAWING_FORMATS:
+        raise ConfigError("--draw", f"cannot draw {suffix or 'a file without a suffix'}: use "
+                          f"{', '.join('.' + f for f in DRAWING_FORMATS)}")
+    return suffix
+
+
 def draw(fabric: Fabric, path) -> Path:
-    """Write a PNG of the fabric: nodes colored by role, link width by rate."""
+    """Write a drawing of the fabric (PNG, SVG or PDF by the file's suffix): nodes colored by
+    role, link width by rate."""
+    fmt = drawing_format(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -354,6 +369,6 @@ def draw(fabric: Fabric, path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, format="png", bbox_inches="tight")
+    fig.savefig(path, dpi=150, format=fmt, bbox_inches="tight")
     plt.close(fig)
     return path

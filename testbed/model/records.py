@@ -1,4 +1,4 @@
-"""Records the controller writes and the testbed reads: port counters polled over OpenFlow
+"""Records the controller writes and the testbed reads: the files in a run folder, port counters polled over OpenFlow
 (one JSON line per port per poll) and the rates computed from two of them, and the JSON-lines
 files both sides use. Times are CLOCK_MONOTONIC seconds, one clock for every process of the
 machine; rates are Mbit/s (1e6 bit/s)."""
@@ -8,6 +8,12 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+# The controller's files in a run folder (testbed.apply.controller passes their paths).
+EVENTS_FILE = "controller-events.jsonl"
+PORT_STATS_FILE = "port-stats.jsonl"
+WIRING_FILE = "wiring.jsonl"
+ANYCAST_FILE = "anycast.json"
 
 End = tuple[str, int]  # (switch, port)
 FAILURE_EVENTS = ("link_down", "switch_down")

@@ -1,0 +1,261 @@
+"""Ring AllReduce across every host of a fabric: real float32 data, verified on every rank,
+reported as nccl-tests does (algbw, and busbw = algbw * 2(n-1)/n, which approaches the
+bottleneck link rate for a bandwidth-optimal ring).
+
+One rank per host (testbed.traffic.allreduce), ``channels`` TCP connections per ring hop as
+NCCL's channels, ``warmup`` then ``iters`` timed iterations. Measured beside it: every link
+direction's utilisation over the timed window, the ECMP spread over each select group's
+uplinks, TCP retransmissions, queue drops, and whether the emulator kept up.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from testbed.controllers.routing.fabric_state import FabricState
+from testbed.controllers.routing.forwarding import group_ports
+from testbed.errors import TestbedError
+from testbed.harness.experiment import Experiment, Params, SetupRun
+from testbed.measure.stats import jain_index
+from testbed.model.verdict import at_least, holds
+from testbed.traffic.ring import algbw_gbyte, allreduce_busbw_factor, expected_sum
+
+RANK_PORT = 29500
+RANK_TIMEOUT_S = 600.0
+POLL_S = 0.5
+PROGRESS_PREFIX = "progress "  # rank 0's stderr lines: progress {"done": i, "of": n}
+
+
+class AllReduceParams(Params):
+    """The collective: size per rank, channels, iterations; and the busbw the run expects
+    as a fraction of the link rate (a ring on a non-blocking fabric approaches 1)."""
+
+    size_bytes: int = Field(2 * 1024 * 1024, ge=1024, le=1 << 31)
+    channels: int = Field(4, ge=1, le=16)
+    warmup: int = Field(1, ge=0, le=100)
+    iters: int = Field(3, ge=1, le=1000)
+    expect_busbw_fraction: float = Field(0.9, gt=0, le=1)
+
+    @field_validator("size_bytes")
+    @classmethod
+    def _float32(cls, value: int) -> int:
+        if value % 4:
+            raise ValueError("must be a multiple of 4 (float32 elements)")
+        return value
+
+
+class AllReduce(Experiment):
+    name = "allreduce"
+    title = "ring AllReduce"
+    Params = AllReduceParams
+    reproduces = ("nccl-tests' bus bandwidth: a bandwidth-optimal ring's busbw approaches the "
+                  "bottleneck link rate")
+
+    def headline(self) -> str:
+        fabric = self.fabric()
+        return (f"{self.title}, {len(fabric.hosts)} ranks, {self.params.size_bytes / 2**20:g} MiB "
+                f"float32, {self.params.channels} channels on {fabric.label()} at "
+                f"{self.rate_mbit:g} Mbit/s")
+
+    def setups(self):
+        return [self.scenario_setup()]
+
+    def measure(self, run: SetupRun) -> dict:
+        hosts = run.net.fabric.hosts
+        world = len(hosts)
+        p = self.params
+        n_elems = p.size_bytes // 4
+        digest = hashlib.sha256(expected_sum(world, n_elems, self.scenario.seed).tobytes()
+                                ).hexdigest()
+        run.log(f"ring AllReduce: {world} ranks, {p.size_bytes / 2**20:g} MiB float32, "
+                f"{p.channels} channels, {p.warmup} warm-up + {p.iters} timed iterations")
+        drops_before = run.net.queue_drops()
+        queues: dict = {}
+        with run.watch() as watch, run.queues(queues):
+            procs = []
+            for rank, host in enumerate(hosts):
+                argv = [sys.executable, "-m", "testbed.traffic.allreduce", "--rank", str(rank),
+                        "--world", str(world), "--next-ip", hosts[(rank + 1) % world].ip,
+                        "--port", str(RANK_PORT), "--size-bytes", str(p.size_bytes),
+                        "--channels", str(p.channels), "--seed", str(self.scenario.seed),
+                        "--warmup", str(p.warmup), "--iters", str(p.iters),
+                        "--expect-sha256", digest]
+                with open(run.workdir / f"rank{rank}.err", "wb") as err:
+                    procs.append(run.net.popen(host.name, argv, stdout=subprocess.PIPE,
+                                               stderr=err))
+            results = collect_ranks(procs, run.workdir, run.progress, p.warmup + p.iters)
+        summary = summarise(results, p.size_bytes, self.rate_mbit)
+        window = watch.window_s(*summary["timed_window_monotonic_s"])
+        util = watch.utilisation(window)
+        fidelity = watch.verdict(window, bandwidth_bound=True)
+        (run.workdir / "samples.json").write_text(json.dumps(
+            {"t_s": watch.series.t_s, "cpu_busy_fraction": watch.series.cpu_busy_fraction,
+             "vswitchd_cores": watch.series.vswitchd_cores,
+             "link_bytes": watch.series.link_bytes, "window_s": window}))
+        if "ecn" in queues and queues["ecn"].get("samples"):
+            (run.workdir / "queue_depth.json").write_text(json.dumps(queues["ecn"].pop("samples")))
+        return {**summary,
+                "link_utilisation": {k: round(v, 4) for k, v in util.items()},
+                "packets": {"queue_drops": run.net.queue_drops() - drops_before,
+                            "switches": watch.switches, "emulator_lost": watch.emulator_lost()},
+                "ecmp": ecmp_spread(run.net.fabric, run.setup.routing, watch.rates_mbit(window)),
+                "queues": queues.get("ecn"), "fidelity": fidelity.to_dict(),
+                "window_s": window}
+
+    def checks(self, results):
+        r = results["fabric"]
+        expect = self.params.expect_busbw_fraction
+        checks = [
+            holds("data verified on every rank", r["verified_ranks"] == r["world"],
+                  f"{r['verified_ranks']}/{r['world']} ranks hold the exact sum",
+                  measured=r["verified_ranks"], expected=r["world"]),
+            at_least("busbw / link rate", round(r["busbw_fraction_of_link"], 4), expect,
+                     "fraction", f"busbw {r['busbw_mbit_s']:.2f} Mbit/s is "
+                     f"{r['busbw_fraction_of_link']:.0%} of the {r['link_rate_mbit']:g} Mbit/s "
+                     f"link rate (expected at least {expect:.0%})"),
+        ]
+        e = r["ecmp"]
+        if self.scenario.routing == "ecmp" and e["switches"]:
+            checks.append(holds("ECMP spread flows over group uplinks", e["spread"],
+                                f"{e['uplinks_used']}/{e['uplinks_in_groups']} uplinks of "
+                                f"select groups carried traffic, mean Jain index "
+                                f"{e['jain_mean']}", measured=e["uplinks_used"],
+                                expected=f"> {len(e['switches'])}"))
+        return checks
+
+    def rows(self, results):
+        r = results["fabric"]
+        util = r["link_utilisation"]
+        used = [v for v in util.values() if v > 0.01]
+        e = r["ecmp"]
+        return [
+            ("data verified", f"{'yes' if r['verified'] else 'NO'} ({r['verified_ranks']}/"
+                              f"{r['world']} ranks)"),
+            ("AllReduce size", f"{r['size_bytes'] / 2**20:g} MiB float32"),
+            ("time per iteration", f"{r['time_s']:.3f} s (iterations: "
+                                   f"{', '.join(f'{x:.2f}' for x in r['iteration_s'])})"),
+            ("algbw", f"{r['algbw_gbyte_s'] * 8e3:.2f} Mbit/s"),
+            ("busbw", f"{r['busbw_mbit_s']:.2f} Mbit/s = {r['busbw_fraction_of_link']:.0%} of "
+                      f"the {r['link_rate_mbit']:g} Mbit/s link rate"),
+            ("link utilisation", f"max {max(util.values(), default=0):.0%}, mean over used "
+                                 f"links {sum(used) / len(used) if used else 0:.0%}"),
+            ("ECMP spread", f"{'yes' if e['spread'] else 'no'}: {e['uplinks_used']}/"
+                            f"{e['uplinks_in_groups']} group uplinks carried traffic, mean "
+                            f"Jain index {e['jain_mean']}"),
+            ("TCP", f"{r['tcp']['segments_sent']} segments, "
+                    f"{r['tcp']['segments_retransmitted']} retransmitted"),
+        ]
+
+    def plots(self, results, folder: Path, title: str) -> list[Path]:
+        from testbed.harness import plots
+        from testbed.model.records import PORT_STATS_FILE
+
+        r = results["fabric"]
+        fabric = self.fabric()
+        run_dir = Path(r["dir"])
+        samples = json.loads((run_dir / "samples.json").read_text())
+        title = f"{title} | ring AllReduce busbw {r['busbw_mbit_s']:.2f} Mbit/s"
+        paths = [
+            plots.plot_timeseries(samples, samples["window_s"], self.rate_mbit, fabric, title,
+                                  folder / "link_rates.png"),
+            plots.plot_utilisation(r["link_utilisation"], fabric, title,
+                                   folder / "link_utilisation.png"),
+        ]
+        openflow = plots.plot_openflow_utilisation(fabric, run_dir / PORT_STATS_FILE,
+                                                   r["timed_window_monotonic_s"], title,
+                                                   folder / "openflow_link_utilisation.png")
+        if openflow is not None:
+            paths.append(openflow)
+        depth = run_dir / "queue_depth.json"
+        if r.get("queues") and depth.exists():
+            paths.append(plots.plot_queue_depth(json.loads(depth.read_text()), r["queues"],
+                                                title, folder / "queue_depth.png"))
+        return paths
+
+
+def collect_ranks(procs, workdir: Path, progress, iterations: int) -> list[dict]:
+    """Every rank's JSON result, following rank 0's progress lines meanwhile; a rank that
+    fails or outlives RANK_TIMEOUT_S is an error naming it."""
+    deadline = time.monotonic() + RANK_TIMEOUT_S
+    with progress.phase("AllReduce iterations", total=iterations) as phase:
+        while any(p.poll() is None for p in procs):
+            phase.update(rank0_progress(workdir / "rank0.err"))
+            if time.monotonic() > deadline:
+                waiting = [r for r, p in enumerate(procs) if p.poll() is None]
+                raise TestbedError(f"ranks {waiting[:4]} did not finish in "
+                                   f"{RANK_TIMEOUT_S:.0f} s")
+            time.sleep(POLL_S)
+        phase.update(rank0_progress(workdir / "rank0.err"))
+    results = []
+    for rank, proc in enumerate(procs):
+        out, _ = proc.communicate()
+        (workdir / f"rank{rank}.json").write_bytes(out)
+        if proc.returncode not in (0, 1) or not out.strip():
+            tail = (workdir / f"rank{rank}.err").read_text()[-400:].strip()
+            raise TestbedError(f"rank {rank} failed (exit {proc.returncode}): {tail}")
+        results.append(json.loads(out))
+    return results
+
+
+def rank0_progress(path: Path) -> int:
+    """Iterations rank 0 has finished, from its progress lines."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return 0
+    done = [json.loads(line[len(PROGRESS_PREFIX):])["done"] for line in lines
+            if line.startswith(PROGRESS_PREFIX)]
+    return max(done, default=0)
+
+
+def summarise(results: list[dict], size_bytes: int, rate_mbit: float) -> dict:
+    """The ranks' results as nccl-tests reports them: an iteration ends when the slowest
+    rank has its result."""
+    world = len(results)
+    iters = len(results[0]["times_s"])
+    per_iter_s = [max(r["times_s"][i] for r in results) for i in range(iters)]
+    mean_s = sum(per_iter_s) / iters
+    algbw = algbw_gbyte(size_bytes, mean_s)
+    busbw = algbw * allreduce_busbw_factor(world)
+    return {
+        "world": world, "size_bytes": size_bytes,
+        "verified": all(r["verified"] for r in results),
+        "verified_ranks": sum(r["verified"] for r in results),
+        "iteration_s": per_iter_s, "time_s": mean_s,
+        "algbw_gbyte_s": algbw, "busbw_gbyte_s": busbw, "busbw_mbit_s": busbw * 8e3,
+        "busbw_fraction_of_link": busbw * 8e3 / rate_mbit, "link_rate_mbit": rate_mbit,
+        "tcp": {"segments_sent": sum(r["tcp_out_segs"] for r in results),
+                "segments_retransmitted": sum(r["tcp_retrans_segs"] for r in results)},
+        "timed_window_monotonic_s": [min(r["timed_window_monotonic_s"][0] for r in results),
+                                     max(r["timed_window_monotonic_s"][1] for r in results)],
+        "window_monotonic_s": [min(r["timed_window_monotonic_s"][0] for r in results),
+                               max(r["timed_window_monotonic_s"][1] for r in results)],
+    }
+
+
+def ecmp_spread(fabric, routing: str, rates_mbit: dict[str, float]) -> dict:
+    """For every switch with an ECMP group whose uplinks carried traffic, the rates on the
+    group's ports and their Jain index."""
+    ports_to_peer = {}
+    for link in fabric.links:
+        ports_to_peer[(link.a, link.a_port)] = link.b
+        ports_to_peer[(link.b, link.b_port)] = link.a
+    per_switch = {}
+    for name, table in FabricState(fabric, routing).tables.items():
+        for ports in group_ports(table):
+            loads = [rates_mbit[f"{name}->{ports_to_peer[(name, p)]}"] for p in ports]
+            if sum(loads) > 0.01 * max(fabric.params.get("host_rate_mbit") or 1, 1):
+                per_switch[name] = {"uplink_mbit": [round(x, 2) for x in loads],
+                                    "jain": round(jain_index(loads), 3)}
+    jains = [v["jain"] for v in per_switch.values()]
+    used = sum(sum(1 for x in v["uplink_mbit"] if x > 0.5) for v in per_switch.values())
+    total = sum(len(v["uplink_mbit"]) for v in per_switch.values())
+    return {"switches": per_switch, "jain_mean": round(sum(jains) / len(jains), 3) if jains
+            else None, "uplinks_used": used, "uplinks_in_groups": total,
+            "spread": bool(jains) and used > len(jains)}

@@ -1,0 +1,263 @@
+"""The experiment protocol: what an experiment supplies, and what the harness does with it.
+
+An experiment is a class in its own folder (testbed/experiments/<name>/) registered in
+testbed.harness.registry. It supplies:
+
+- ``Params``: a pydantic model of its own scenario parameters (``params:`` in YAML);
+- ``setups()``: the fabrics it measures on, as plain data (``Setup``: a fabric description,
+  routing, the port queue, the hosts' TCP), one after the other;
+- ``measure(run)``: what it does on one running fabric (``SetupRun``), returning plain data;
+- ``checks(results)``: its claims judged from every setup's results (testbed.model.verdict);
+- ``plots(results, folder, title)`` and ``rows(results)`` (the printed summary).
+
+The harness (testbed.harness.run) owns everything else: the scenario, the machine's lock and
+ledger, the results folder and its layout, bring-up and reachability of each setup, the
+failure schedule and impairments, the emulator's trust, the report and the exit status.
+Experiments import no other experiment; what they share lives in testbed.plan,
+testbed.measure and testbed.harness.flows.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from testbed.errors import ConfigError, TestbedError
+from testbed.model.topology.base import Fabric
+from testbed.model.verdict import Check
+
+if TYPE_CHECKING:
+    from testbed.apply.network import FabricNetwork
+    from testbed.capabilities import Platform
+    from testbed.harness.progress import Progress
+    from testbed.harness.scenario import Problem, Scenario
+    from testbed.plan.profiles import QueueConfig
+    from testbed.plan.settings import EcnSettings, TcpSettings
+
+# Named sections of a scenario an experiment may honour; the rest are refused for it.
+TOPOLOGY, ROUTING, QUEUE, HOSTS, ANYCAST = "topology", "routing", "queue", "hosts", "anycast"
+COMMON_SECTIONS = frozenset({TOPOLOGY, ROUTING, QUEUE, HOSTS, ANYCAST})
+
+
+class Params(BaseModel):
+    """Base of every experiment's parameters: unknown keys are errors, values are taken as
+    written (no bool for a number)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One fabric an experiment brings up and measures on, as plain data."""
+
+    name: str
+    fabric: Fabric
+    routing: str = "ecmp"
+    queue: QueueConfig | None = None
+    queue_record: dict | None = None  # how the queue was chosen (scaling, thresholds)
+    tcp: TcpSettings | None = None
+    sysctls: dict[str, str] = field(default_factory=dict)  # beyond the TCP settings
+    anycast: dict | None = None  # {"service_ip": ..., "replicas": [...]}
+    description: str = ""
+
+    def host_sysctls(self) -> dict[str, str]:
+        return {**(self.tcp.sysctls() if self.tcp else {}), **self.sysctls}
+
+    def describe(self) -> dict:
+        from testbed.plan.settings import queue_record
+
+        return {"name": self.name, "fabric": {"kind": self.fabric.kind,
+                                              "label": self.fabric.label(),
+                                              "params": self.fabric.params,
+                                              "hosts": len(self.fabric.hosts),
+                                              "switches": len(self.fabric.switches),
+                                              "links": len(self.fabric.links),
+                                              "mtu_bytes": self.fabric.mtu_bytes},
+                "routing": self.routing, "description": self.description,
+                "queue": None if self.queue is None else {
+                    **queue_record(self.queue), "classes": self.queue.uses_classes,
+                    "pfc": None if self.queue.pfc is None else vars(self.queue.pfc),
+                    "record": self.queue_record},
+                "host_tcp": None if self.tcp is None else self.tcp.to_dict(),
+                "anycast": self.anycast}
+
+
+@dataclass
+class SetupRun:
+    """What ``Experiment.measure`` gets for one setup: the running network, the setup, its
+    folder for raw files, and the run's log and progress."""
+
+    net: FabricNetwork
+    setup: Setup
+    workdir: Path
+    log: Callable[[str], None]
+    progress: Progress
+    ecn: EcnSettings | None = None
+
+    def watch(self, interval_s: float = 0.25):
+        """Sample what the fidelity verdict needs around a measurement
+        (testbed.measure.fidelity.Watch)."""
+        from testbed.measure.fidelity import Watch
+
+        return Watch(self.net, interval_s)
+
+    def queues(self, report: dict):
+        """Count marks and drops at every port, and sample queue depths, while the block runs;
+        the report lands in ``report["ecn"]`` (testbed.apply.marking.ecn_monitoring)."""
+        from testbed.apply.marking import ecn_monitoring
+
+        return ecn_monitoring(self.net.marking, self.ecn, report)
+
+
+class Experiment:
+    """Base of every experiment; see the module docstring for what a subclass supplies."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    Params: ClassVar[type[Params]] = Params
+    reproduces: ClassVar[str] = ""
+    default_rate_mbit: ClassVar[float] = 6.0
+    default_mtu_bytes: ClassVar[int] = 9000
+    sections: ClassVar[frozenset[str]] = COMMON_SECTIONS  # the common sections it honours
+    cli_aliases: ClassVar[dict[str, str]] = {}  # extra flag of ``testbed NAME`` -> Params field
+
+    def __init__(self, scenario: Scenario, params, platform: Platform):
+        self.scenario = scenario
+        self.params = params
+        self.platform = platform
+
+    # -- what the scenario fixes, with this experiment's defaults ------------------------------
+    @property
+    def rate_mbit(self) -> float:
+        return self.scenario.link_rate_mbit or self.default_rate_mbit
+
+    @property
+    def mtu_bytes(self) -> int:
+        return self.scenario.mtu_bytes or self.default_mtu_bytes
+
+    def fabric(self, **overrides) -> Fabric:
+        """The scenario's topology (or ``default_topology``) at the run's rate and MTU."""
+        from testbed.harness.plans import build_fabric
+
+        spec = self.scenario.topology or self.default_topology()
+        return build_fabric(spec, overrides.get("rate_mbit", self.rate_mbit),
+                            overrides.get("mtu_bytes", self.mtu_bytes))
+
+    def default_topology(self):
+        from testbed.harness.scenario import FamilyTopology
+
+        return FamilyTopology(name="fattree", k=4)
+
+    def scenario_setup(self, name: str = "fabric", **kwargs) -> Setup:
+        """The one setup the scenario describes: its fabric, routing, queue and hosts."""
+        from testbed.harness.plans import queue_plan, tcp_plan
+
+        fabric = self.fabric()
+        queue, record = queue_plan(self.scenario.queue, self.rate_mbit, self.mtu_bytes, fabric)
+        anycast = (self.scenario.anycast.model_dump() if self.scenario.anycast is not None
+                   else None)
+        return Setup(name, fabric, self.scenario.routing, queue, record,
+                     tcp_plan(self.scenario.hosts, self.platform), anycast=anycast, **kwargs)
+
+    # -- what a subclass supplies ---------------------------------------------------------------
+    def problems(self) -> list[Problem]:
+        """What is wrong with the scenario for this experiment beyond the schema (field paths
+        as in the scenario); building ``setups()`` is tried by the harness as well."""
+        return []
+
+    def setups(self) -> list[Setup]:
+        raise NotImplementedError
+
+    def measure(self, run: SetupRun) -> dict:
+        raise NotImplementedError
+
+    def checks(self, results: dict[str, dict]) -> list[Check]:
+        return []
+
+    def trust(self, results: dict[str, dict]) -> list[Check]:
+        """Checks of whether the emulator kept up beyond each setup's fidelity verdict (which
+        the harness takes from ``results[setup]["fidelity"]``)."""
+        return []
+
+    def plots(self, results: dict[str, dict], folder: Path, title: str) -> list[Path]:
+        return []
+
+    def rows(self, results: dict[str, dict]) -> list[tuple[str, str]]:
+        """The rows of the printed summary: (what, value)."""
+        return []
+
+    def headline(self) -> str:
+        """One line naming what runs (the start of the run's log and of plot titles)."""
+        return self.title
+
+
+@dataclass
+class Resolved:
+    """A valid scenario with its experiment, parameters and this machine's platform."""
+
+    scenario: Scenario
+    experiment: Experiment
+    platform: Platform
+    setups: list[Setup]
+    ecn_path: str | None  # how marked queues are marked here (decided once, for every setup)
+
+
+def resolve(scenario: Scenario) -> tuple[Resolved | None, list[Problem]]:
+    """Everything about ``scenario`` that needs more than the schema: its experiment and
+    parameters, which common sections that experiment honours, the topology and the other
+    names it refers to, and what the machine can do. Returns the problems found (the
+    resolved scenario only when there are none)."""
+    from testbed.capabilities import detect
+    from testbed.harness.plans import common_problems, ecn_path_for, target_problems
+    from testbed.harness.registry import experiment_classes
+    from testbed.harness.scenario import Problem, pydantic_problems
+
+    classes = experiment_classes()
+    cls = classes.get(scenario.experiment)
+    if cls is None:
+        return None, [Problem(("experiment",), f"unknown experiment {scenario.experiment!r}; "
+                              f"known: {', '.join(sorted(classes))}")]
+    problems: list[Problem] = []
+    try:
+        params = cls.Params.model_validate(scenario.params)
+    except ValidationError as err:
+        problems += pydantic_problems(err, ("params",))
+        params = None
+    for section in sorted(COMMON_SECTIONS - cls.sections):
+        given = getattr(scenario, section)
+        if section == ROUTING and given == "ecmp":
+            continue
+        if section == HOSTS and not given.model_fields_set:
+            continue
+        if given is not None:
+            problems.append(Problem((section,), f"{cls.name} sets this itself for each of its "
+                                    f"fabrics; leave it out"))
+    platform = detect()
+    problems += common_problems(scenario, cls, platform)
+    if problems or params is None:
+        return None, problems
+    experiment = cls(scenario, params, platform)
+    problems += experiment.problems()
+    setups: list[Setup] = []
+    if not problems:
+        try:
+            setups = experiment.setups()
+        except ConfigError as err:
+            problems.append(Problem(tuple(err.field.split(".")), err.problem))
+        except TestbedError as err:
+            problems.append(Problem((), str(err)))
+        problems += target_problems(scenario, setups)
+    ecn_path = None
+    if not problems:
+        try:
+            ecn_path = ecn_path_for(setups, scenario, platform)
+        except ConfigError as err:
+            problems.append(Problem(tuple(err.field.split(".")), err.problem))
+        except TestbedError as err:
+            problems.append(Problem(("queue",), str(err)))
+    if problems:
+        return None, problems
+    return Resolved(scenario, experiment, platform, setups, ecn_path), []

@@ -1,0 +1,107 @@
+"""Traffic helpers experiments share, run on a running fabric
+(testbed.apply.network.FabricNetwork): long TCP flows between host pairs (iperf3), and every
+host's TCP loss counters read in its own namespace."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from testbed.errors import TestbedError
+
+BASE_PORT = 5400
+SERVER_START_S = 0.5       # iperf3 servers listening before the clients connect
+CLIENT_GRACE_S = 30.0      # beyond the flow time, before a client counts as hung
+COUNTER_READ_TIMEOUT_S = 10.0
+PROC_TCP_FILES = ("/proc/net/netstat", "/proc/net/snmp")
+
+
+def run_flows(net, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
+              streams: int = 1, tos: int = 0) -> tuple[list[float], list[str]]:
+    """One iperf3 flow (of ``streams`` parallel TCP connections) per (source, destination)
+    host pair, all at once, its packets carrying IP TOS ``tos`` (DSCP << 2: the traffic
+    class); returns the Mbit/s each destination received, and the errors of flows that
+    failed."""
+    servers = [net.popen(dst, ["iperf3", "-s", "-1", "-p", str(BASE_PORT + i)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for i, (_, dst) in enumerate(pairs)]
+    time.sleep(SERVER_START_S)
+    clients = [net.popen(src, ["iperf3", "-c", net.fabric.nodes[dst].ip, "-p", str(BASE_PORT + i),
+                               "-t", str(seconds), "-O", str(omit_s), "-P", str(streams),
+                               "-S", str(tos), "-J"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for i, (src, dst) in enumerate(pairs)]
+    rates, errors = [], []
+    try:
+        for (src, dst), client in zip(pairs, clients):
+            out, _ = client.communicate(timeout=seconds + omit_s + CLIENT_GRACE_S)
+            try:
+                report = json.loads(out)
+            except ValueError:
+                raise TestbedError(f"iperf3 {src} -> {dst} failed: {out.strip()[-200:]}") from None
+            received = report.get("end", {}).get("sum_received")
+            # A flow that died mid-run (a TCP connection timing out under heavy loss) counts
+            # as nothing received, and is reported.
+            rates.append(received["bits_per_second"] / 1e6 if received else 0.0)
+            if "error" in report:
+                errors.append(f"{src} -> {dst}: {report['error']}")
+    finally:
+        for proc in clients + servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    return rates, errors
+
+
+def parse_proc_net(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/netstat and /proc/net/snmp (either, or both concatenated) as tables: each
+    prefix (``TcpExt``, ``Tcp``, ...) comes as a line of names, then a line of values."""
+    tables: dict[str, dict[str, int]] = {}
+    names: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        prefix, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        fields = rest.split()
+        if prefix in names:
+            tables[prefix] = dict(zip(names.pop(prefix), (int(v) for v in fields)))
+        else:
+            names[prefix] = fields
+    return tables
+
+
+def tcp_loss_counters(text: str) -> dict[str, int]:
+    """Retransmission timeouts (TcpExt TCPTimeouts) and retransmitted segments (Tcp
+    RetransSegs) from the two files' text."""
+    tables = parse_proc_net(text)
+    try:
+        return {"timeouts": tables["TcpExt"]["TCPTimeouts"],
+                "retransmits": tables["Tcp"]["RetransSegs"]}
+    except KeyError as missing:
+        raise TestbedError(f"no {missing} counter in {' and '.join(PROC_TCP_FILES)}") from None
+
+
+def counter_deltas(before: dict[str, dict[str, int]],
+                   after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per host, every counter's increase between two readings."""
+    return {host: {name: value - before[host][name] for name, value in values.items()}
+            for host, values in after.items()}
+
+
+def read_tcp_counters(net, hosts: list[str]) -> dict[str, dict[str, int]]:
+    """Every host's TCP loss counters, read in its own namespace, all hosts at once."""
+    procs = {host: net.popen(host, ["cat", *PROC_TCP_FILES], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for host in hosts}
+    counters = {}
+    for host, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=COUNTER_READ_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise TestbedError(f"{host}: reading its TCP counters took over "
+                               f"{COUNTER_READ_TIMEOUT_S:g} s") from None
+        if proc.returncode != 0:
+            raise TestbedError(f"{host}: cannot read its TCP counters: {err.strip()[-200:]}")
+        counters[host] = tcp_loss_counters(out)
+    return counters

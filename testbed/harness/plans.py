@@ -1,0 +1,148 @@
+"""A scenario's common sections turned into plans: the fabric description, every port's queue,
+the hosts' TCP, and the checks of names and kernel features those sections need. Pure but for
+reading the machine's capabilities (given as a testbed.capabilities.Platform)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from testbed.errors import ConfigError, TestbedError
+from testbed.harness.scenario import (
+    HostsSpec,
+    Problem,
+    QueueSpec,
+    Scenario,
+    topology_problems,
+)
+from testbed.model.topology.base import Fabric
+
+
+def build_fabric(spec, rate_mbit: float, mtu_bytes: int) -> Fabric:
+    """The fabric a topology section describes, at the run's link rate and MTU."""
+    from testbed.model.topology import build
+    from testbed.model.topology.explicit import explicit
+
+    if spec.family == "explicit":
+        return explicit([n.model_dump() for n in spec.nodes],
+                        [link if isinstance(link, list) else link.model_dump()
+                         for link in spec.links], rate_mbit, mtu_bytes)
+    try:
+        return build(spec.name, **spec.params, host_rate_mbit=rate_mbit, mtu_bytes=mtu_bytes)
+    except ConfigError as err:
+        field = err.field if err.field.startswith("topology") else f"topology.{err.field}"
+        raise ConfigError(field, err.problem) from None
+
+
+def queue_plan(spec: QueueSpec | None, rate_mbit: float, mtu_bytes: int,
+               fabric: Fabric) -> tuple:
+    """Every shaped port's queue (testbed.plan.profiles.QueueConfig) from a queue section,
+    and the record of how its thresholds were chosen; (None, None) without a section.
+    Errors name the field inside ``queue``."""
+    if spec is None:
+        return None, None
+    from testbed.apply.network import default_buffer_bytes
+    from testbed.plan.pfc import switch_fan_in
+    from testbed.plan.profiles import QueueConfig
+    from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_thresholds
+    from testbed.plan.settings import ecn_settings
+
+    buffer_bytes = spec.buffer_bytes or default_buffer_bytes(rate_mbit, mtu_bytes)
+    record: dict = {"buffer_bytes": buffer_bytes,
+                    "buffer_rule": "as configured" if spec.buffer_bytes else
+                    "50 ms at the link rate, at least 8 frames"}
+    for key in ("buffer_bytes", "path", "sample_ms"):
+        if key in (spec.ecn or {}):
+            raise ConfigError(f"queue.ecn.{key}", f"set it on the queue (queue.{key}), not "
+                              "under ecn")
+    try:
+        queue = QueueConfig(buffer_bytes=buffer_bytes, class_queues=spec.classes)
+        if spec.ecn is not None:
+            settings = ecn_settings({**spec.ecn, "buffer_bytes": buffer_bytes}, rate_mbit,
+                                    mtu_bytes, buffer_bytes)
+            queue = replace(settings.queue, class_queues=spec.classes)
+            record["ecn"] = settings.scaling
+        if spec.pfc:
+            reaction = (spec.pfc.reaction_time_s if not isinstance(spec.pfc, bool)
+                        and spec.pfc.reaction_time_s is not None else DEFAULT_PFC_REACTION_TIME_S)
+            pfc, record["pfc"] = pfc_thresholds(rate_mbit, mtu_bytes, buffer_bytes,
+                                                reaction_time_s=reaction,
+                                                fan_in=switch_fan_in(fabric))
+            queue = replace(queue, pfc=pfc)
+    except ConfigError as err:
+        raise ConfigError(f"queue.{err.field}", err.problem) from None
+    return queue, record
+
+
+def tcp_plan(spec: HostsSpec, platform):
+    """The hosts' congestion control and ECN on this machine (testbed.plan.settings)."""
+    from testbed.plan.settings import tcp_settings
+
+    try:
+        return tcp_settings(spec.tcp_ecn, spec.tcp_cc, platform)
+    except ConfigError as err:
+        raise ConfigError(f"hosts.{err.field}", err.problem) from None
+
+
+def common_problems(scenario: Scenario, cls, platform) -> list[Problem]:
+    """What is wrong with the sections every experiment shares: the topology's family and
+    parameters, routing against the family, and kernel features the impairments need."""
+    from testbed.controllers.routing.fabric_state import routing_problem
+
+    problems: list[Problem] = []
+    if scenario.topology is not None:
+        problems += topology_problems(scenario.topology)
+    family = (scenario.topology or cls(scenario, None, platform).default_topology()).family
+    problem = routing_problem(family, scenario.routing)
+    if problem:
+        problems.append(Problem(("routing",), problem))
+    netem = platform.capabilities.get("sch_netem")
+    for i, impairment in enumerate(scenario.impairments):
+        if netem is None or not netem.available:
+            detail = netem.detail if netem is not None else "not detected"
+            problems.append(Problem(("impairments", i), f"delay and loss need the netem qdisc, "
+                                    f"which this kernel lacks ({detail})"))
+    return problems
+
+
+def target_problems(scenario: Scenario, setups) -> list[Problem]:
+    """Links, switches and anycast replicas a scenario names that some setup's fabric lacks."""
+    from testbed.controllers.routing.fabric_state import anycast_problem
+
+    problems: list[Problem] = []
+    for setup in setups:
+        fabric = setup.fabric
+        cabled = {frozenset((link.a, link.b)) for link in fabric.links}
+        switches = {s.name for s in fabric.switches}
+        where = f" (setup {setup.name})" if len(setups) > 1 else ""
+        for i, event in enumerate(scenario.failures):
+            if event.link is not None and frozenset(event.link) not in cabled:
+                problems.append(Problem(("failures", i, "link"), f"{event.link[0]} and "
+                                        f"{event.link[1]} are not cabled together{where}"))
+            if event.switch is not None and event.switch not in switches:
+                problems.append(Problem(("failures", i, "switch"), f"no switch "
+                                        f"{event.switch}{where}"))
+        for i, impairment in enumerate(scenario.impairments):
+            if impairment.link != "all" and frozenset(impairment.link) not in cabled:
+                problems.append(Problem(("impairments", i, "link"), f"{impairment.link[0]} and "
+                                        f"{impairment.link[1]} are not cabled together{where}"))
+        if setup.anycast is not None:
+            problem = anycast_problem(fabric, setup.anycast, setup.routing)
+            if problem:
+                problems.append(Problem(("anycast",), problem))
+    return problems
+
+
+def ecn_path_for(setups, scenario: Scenario, platform) -> str | None:
+    """How this machine marks and counts queues (red-qdisc or ebpf), decided once for every
+    setup that has a queue; None when none has."""
+    if not any(setup.queue is not None for setup in setups):
+        return None
+    from testbed.apply.marking import object_is_current
+    from testbed.plan.ecn_plan import choose_ecn_path
+
+    prefer = scenario.queue.path if scenario.queue is not None else None
+    try:
+        return choose_ecn_path(platform, prefer, object_built=object_is_current())
+    except ConfigError as err:
+        raise ConfigError("queue.path", err.problem) from None
+    except TestbedError:
+        raise

@@ -1,0 +1,32 @@
+"""Every experiment by name: the one list the CLI, the scenario schema and ``testbed run``
+read. Adding an experiment is a folder under testbed/experiments/ and one line here."""
+from __future__ import annotations
+
+import importlib
+
+EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "module:Class"
+    "allreduce": "testbed.experiments.allreduce.experiment:AllReduce",
+    "anycast-failover": "testbed.experiments.anycast.experiment:Anycast",
+    "hedera": "testbed.experiments.hedera.experiment:Hedera",
+    "dragonfly-routing": "testbed.experiments.dragonfly.experiment:DragonflyRouting",
+    "dctcp": "testbed.experiments.dctcp.experiment:Dctcp",
+    "incast": "testbed.experiments.incast.experiment:Incast",
+    "pfc-demo": "testbed.experiments.pfc.experiment:PfcDemo",
+}
+
+
+def experiment_class(name: str):
+    module, _, cls = EXPERIMENTS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def experiment_classes() -> dict:
+    """name -> class, for the experiments whose modules exist (all of them, once built)."""
+    classes = {}
+    for name in EXPERIMENTS:
+        try:
+            classes[name] = experiment_class(name)
+        except ModuleNotFoundError as err:
+            if not err.name.startswith("testbed.experiments."):
+                raise
+    return classes

@@ -8,6 +8,38 @@ from pathlib import Path
 from testbed.model.topology.base import Fabric
 
 OPENFLOW_PLOT_LINKS = 12  # link directions drawn in the OpenFlow utilisation plot
+BUSIEST_BARS = 15         # link directions named in the utilisation plot
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def distinct_styles(n: int) -> list[tuple]:
+    """(colour, line style) pairs that stay distinct for ``n`` lines: 20 colours, then the
+    same colours dashed, dotted..."""
+    colours = pyplot().get_cmap("tab20").colors
+    return [(colours[i % len(colours)], LINE_STYLES[(i // len(colours)) % len(LINE_STYLES)])
+            for i in range(n)]
+
+
+def legend_outside(ax, **kwargs) -> None:
+    """The legend to the right of the axes, never over the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kwargs)
+
+
+def save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot().close(fig)
+    return path
 
 
 def plot_openflow_utilisation(fabric: Fabric, port_stats_path: Path, window_monotonic_s,
@@ -23,35 +55,29 @@ def plot_openflow_utilisation(fabric: Fabric, port_stats_path: Path, window_mono
     series = {label: points for label, points in series.items() if points}
     if not series:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rate = {}
     for link in fabric.links:
         rate[f"{link.a}->{link.b}"] = rate[f"{link.b}->{link.a}"] = link.rate_mbit
     t0 = min(points[0].t0_s for points in series.values())
     busiest = sorted(series, key=lambda k: -max(p.mbit for p in series[k]))[:most]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for label in busiest:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for label, (colour, style) in zip(busiest, distinct_styles(len(busiest))):
         points = series[label]
         scale = 100 / rate[label] if rate.get(label) else 0.0
         ax.step([p.t1_s - t0 for p in points], [p.mbit * scale for p in points], where="pre",
-                lw=0.9, label=label)
+                lw=1.0, color=colour, linestyle=style, label=label)
     if window_monotonic_s:
         ax.axvspan(window_monotonic_s[0] - t0, window_monotonic_s[1] - t0, color="tab:green",
-                   alpha=0.1)
+                   alpha=0.1, label="measured window")
+    ax.axhline(100, color="black", lw=0.8, ls="--", label="link rate")
     ax.set_xlabel("time since the first poll (s)")
-    ax.set_ylabel("utilisation (%)")
+    ax.set_ylabel("utilisation (% of the link rate)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{title}\nthe {len(busiest)} busiest link directions, from OpenFlow port "
-                 "counters (shaded: measured window)", fontsize=9)
-    ax.legend(loc="upper right", fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    ax.set_title(f"{title}\nthe {len(busiest)} busiest link directions, from the switches' own "
+                 "port counters (OpenFlow), rates over the switches' counter times", fontsize=9)
+    legend_outside(ax, fontsize=7)
+    return save(fig, path)
 
 
 def busiest_ports(queue_samples: dict, most: int) -> list[str]:
@@ -63,10 +89,7 @@ def busiest_ports(queue_samples: dict, most: int) -> list[str]:
 def plot_queue_depth(queue_samples: dict, ecn: dict, title: str, path: Path,
                      most: int = 8) -> Path:
     """Queue depth over time of the busiest switch ports, with where marking starts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     t = queue_samples["t_s"]
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -81,20 +104,14 @@ def plot_queue_depth(queue_samples: dict, ecn: dict, title: str, path: Path,
     ax.set_ylabel("queue (KB)")
     ax.set_title(f"{title}\nswitch egress queues ({ecn['path']}), sampled every "
                  f"{ecn['sample_ms']:g} ms", fontsize=9)
-    ax.legend(loc="upper right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    legend_outside(ax, fontsize=7)
+    return save(fig, path)
 
 
 def plot_timeseries(samples: dict, window_s, rate_mbit: float, fabric: Fabric, title: str,
                     path: Path) -> Path:
     """Host uplink rates and CPU over the run, with the measured window shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     t = samples["t_s"]
     hosts = {h.name for h in fabric.hosts}
@@ -107,44 +124,53 @@ def plot_timeseries(samples: dict, window_s, rate_mbit: float, fabric: Fabric, t
         ax1.plot(t, rates, lw=0.8)
     ax1.axhline(rate_mbit, color="k", ls="--", lw=1, label="configured rate")
     ax1.set_ylabel("host uplink rate (Mbit/s)")
-    ax1.legend(loc="upper right")
+    legend_outside(ax1, fontsize=8)
     ax2.plot(t, [100 * x for x in samples["cpu_busy_fraction"]], label="machine CPU busy (%)")
     ax2.plot(t, [100 * x for x in samples["vswitchd_cores"]], label="ovs-vswitchd (% of a core)")
     ax2.set_ylabel("%")
     ax2.set_xlabel("time since start of sampling (s)")
-    ax2.legend(loc="upper right")
+    legend_outside(ax2, fontsize=8)
     for ax in (ax1, ax2):
         ax.axvspan(*window_s, color="tab:green", alpha=0.1)
     ax1.set_title(f"{title}\nhost uplink rates and CPU (shaded: measured window)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_utilisation(util: dict[str, float], fabric: Fabric, title: str, path: Path) -> Path:
-    """Utilisation of every link direction during the timed window, grouped by tier."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Utilisation of every link direction in the measured window: on the left each
+    direction as a dot, grouped by the role of the node that sends on it; on the right the
+    busiest directions by name."""
+    plt = pyplot()
     roles = {n.name: n.role for n in fabric.nodes.values()}
     order = list(dict.fromkeys(n.role for n in fabric.nodes.values()))  # hosts first
-    labels = sorted(util, key=lambda k: (order.index(roles[k.split("->")[0]]), k))
-    palette = plt.get_cmap("tab10")
-    colors = {role: palette(i % 10) for i, role in enumerate(order)}
-    fig, ax = plt.subplots(figsize=(max(9, len(labels) * 0.12), 4.5))
-    ax.bar(range(len(labels)), [100 * util[k] for k in labels],
-           color=[colors[roles[k.split("->")[0]]] for k in labels])
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=90, fontsize=5)
-    ax.set_ylabel("utilisation in timed window (%)")
-    ax.set_title(f"{title}\nlink utilisation in the measured window, by the sending node's "
-                 "role", fontsize=9)
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in order],
-              labels=order, loc="upper right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    colours = {role: pyplot().get_cmap("tab10")(i % 10) for i, role in enumerate(order)}
+    fig, (dots, bars) = plt.subplots(1, 2, figsize=(12, 4.5),
+                                     gridspec_kw={"width_ratios": [1.2, 1]})
+    for i, role in enumerate(order):
+        values = sorted(100 * v for k, v in util.items() if roles[k.split("->")[0]] == role)
+        if not values:
+            continue
+        xs = [i + (j / max(len(values) - 1, 1) - 0.5) * 0.6 for j in range(len(values))]
+        dots.scatter(xs, values, s=10, color=colours[role])
+    dots.set_xticks(range(len(order)), [f"from {role}" for role in order], fontsize=8)
+    dots.axhline(100, color="black", lw=0.8, ls="--")
+    dots.set_ylabel("utilisation in the measured window (% of the link rate)")
+    dots.set_title("every link direction, by the sending node's role", fontsize=9)
+    busiest = sorted(util, key=lambda k: -util[k])[:BUSIEST_BARS][::-1]
+    bars.barh(range(len(busiest)), [100 * util[k] for k in busiest],
+              color=[colours[roles[k.split("->")[0]]] for k in busiest])
+    bars.set_yticks(range(len(busiest)), busiest, fontsize=7)
+    bars.axvline(100, color="black", lw=0.8, ls="--")
+    bars.set_xlabel("utilisation (% of the link rate)")
+    bars.set_title(f"the {len(busiest)} busiest link directions", fontsize=9)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path)
+
+
+def plot_weathermap(fabric: Fabric, utilisation: dict[str, float | None], title: str,
+                    path: Path) -> Path:
+    """The topology drawing with every link coloured by its measured utilisation (the
+    busier of its two directions), from the switches' own counters."""
+    from testbed.model.topology.describe import draw
+
+    return draw(fabric, path, utilisation=utilisation, title=title)

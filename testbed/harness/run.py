@@ -262,6 +262,7 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
         plots.mkdir(exist_ok=True)
         try:
             paths = experiment.plots(results, plots, plot_title(summary))
+            paths += weathermaps(results, plots, plot_title(summary))
         except Exception as exc:
             if summary["status"] == COMPLETE:
                 raise
@@ -275,6 +276,27 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
     if summary["status"] != COMPLETE:
         log(f"the run {summary['status']}; what it measured is in {workdir / 'summary.json'}")
     return Outcome(summary, workdir, verdict)
+
+
+def weathermaps(results: dict[str, dict], folder: Path, title: str) -> list[Path]:
+    """Every setup's topology with its links coloured by the utilisation the switches' own
+    port counters measured over the setup's measured window (its whole run when it names
+    none)."""
+    from testbed.harness.plots import plot_weathermap
+    from testbed.model.topology.base import Fabric
+
+    paths = []
+    for name, result in results.items():
+        counters = (result.get("openflow") or {}).get("port_counters") or {}
+        fabric_json = Path(result["dir"]) / "fabric.json"
+        if not counters.get("links") or not fabric_json.exists():
+            continue
+        util = {label: v["mean_utilisation"] for label, v in counters["links"].items()}
+        suffix = "" if len(results) == 1 else f"-{name}"
+        paths.append(plot_weathermap(Fabric.load_json(fabric_json), util,
+                                     f"{title} | {name}" if suffix else title,
+                                     folder / f"weathermap{suffix}.png"))
+    return paths
 
 
 def plot_title(summary: dict) -> str:

@@ -31,6 +31,9 @@ class PortSample:
     tx_packets: int
     rx_packets: int
     tx_dropped: int
+    # The switch's own clock for these counters (the port's age in the stats reply): rates
+    # over it are free of the jitter of when the controller happened to read the reply.
+    duration_s: float | None = None
 
     @property
     def end(self) -> End:
@@ -62,9 +65,13 @@ def port_samples(records: Iterable[dict]) -> list[PortSample]:
 
 
 def rate_mbit(before: PortSample, after: PortSample, counter: str) -> float | None:
-    """Mean rate of ``counter`` (a byte counter) between two samples of one port; None when
-    no time passed or the counter went back (the port was deleted and added again)."""
+    """Mean rate of ``counter`` (a byte counter) between two samples of one port, over the
+    switch's own time between them where the samples carry it; None when no time passed or
+    the counter went back (the port was deleted and added again)."""
     dt = after.t_monotonic_s - before.t_monotonic_s
+    if before.duration_s is not None and after.duration_s is not None \
+            and after.duration_s > before.duration_s:
+        dt = after.duration_s - before.duration_s
     delta = getattr(after, counter) - getattr(before, counter)
     if dt <= 0 or delta < 0:
         return None

@@ -3,6 +3,8 @@ intervals (each direction counted at its switch side), and failure events become
 times from a known injection time."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -43,7 +45,7 @@ def test_samples_round_trip_through_json_lines(tmp_path):
     assert port_samples(read_json_lines(path)) == samples
     assert set(json.loads(samples[1].to_json())) == {
         "t_monotonic_s", "switch", "port", "tx_bytes", "rx_bytes", "tx_packets", "rx_packets",
-        "tx_dropped"}
+        "tx_dropped", "duration_s"}
 
 
 def test_a_torn_last_line_is_left_out_a_torn_middle_line_is_an_error(tmp_path):
@@ -64,6 +66,17 @@ def test_rates_from_counters():
     rates = port_tx_rates_mbit({("s1", 1): before, ("s1", 2): before},
                                {("s1", 1): after, ("s2", 1): after})
     assert rates == {("s1", 1): pytest.approx(6.0, rel=RATE_REL_TOL)}
+
+
+def test_rates_use_the_switchs_own_clock_when_the_samples_carry_it():
+    # the replies reached the controller 0.6 s apart, but the switch read its counters 0.5 s
+    # apart (the port's age went from 20.0 to 20.5 s): 3 Mbit in 0.5 s is 6 Mbit/s, not 5
+    before = dataclasses.replace(sample(10.0, "s1", 1, tx=0), duration_s=20.0)
+    after = dataclasses.replace(sample(10.6, "s1", 1, tx=3 * MBIT_BYTES), duration_s=20.5)
+    assert rate_mbit(before, after, "tx_bytes") == pytest.approx(6.0, rel=RATE_REL_TOL)
+    # one sample without it: the controller's times
+    plain = sample(10.6, "s1", 1, tx=3 * MBIT_BYTES)
+    assert rate_mbit(before, plain, "tx_bytes") == pytest.approx(5.0, rel=RATE_REL_TOL)
 
 
 def polls(mbit_by_direction: dict[str, float], times: list[float]) -> list[PortSample]:

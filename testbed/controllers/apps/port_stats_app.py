@@ -94,7 +94,8 @@ class PortStatsApp(PollingApp):
         t = time.monotonic()
         name = self.names.get(ev.msg.datapath.id)
         samples = [PortSample(t, name, s.port_no, s.tx_bytes, s.rx_bytes, s.tx_packets,
-                              s.rx_packets, s.tx_dropped)
+                              s.rx_packets, s.tx_dropped,
+                              s.duration_sec + s.duration_nsec / 1e9)
                    for s in ev.msg.body if (name, s.port_no) in self.ends]
         with self.lock:
             for sample in samples:

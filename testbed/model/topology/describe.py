@@ -305,9 +305,22 @@ def drawing_format(path) -> str:
     return suffix
 
 
-def draw(fabric: Fabric, path) -> Path:
+def link_utilisation(fabric: Fabric, by_direction: dict[str, float | None]) -> list:
+    """Per link (in fabric order) the busier of its two directions' utilisation, None where
+    neither was measured."""
+    out = []
+    for link in fabric.links:
+        values = [v for v in (by_direction.get(f"{link.a}->{link.b}"),
+                              by_direction.get(f"{link.b}->{link.a}")) if v is not None]
+        out.append(max(values) if values else None)
+    return out
+
+
+def draw(fabric: Fabric, path, utilisation: dict[str, float | None] | None = None,
+         title: str | None = None) -> Path:
     """Write a drawing of the fabric (PNG, SVG or PDF by the file's suffix): nodes colored by
-    role, link width by rate."""
+    role, link width by rate. With ``utilisation`` (link direction "a->b" -> fraction of its
+    rate) it is a weathermap: each link coloured by the busier of its directions."""
     fmt = drawing_format(path)
     import matplotlib
 
@@ -336,8 +349,17 @@ def draw(fabric: Fabric, path) -> Path:
         a, b = fabric.nodes[link.a], fabric.nodes[link.b]
         crosses_groups = circular and not (a.is_host or b.is_host) and a.coords[0] != b.coords[0]
         colors.append("tab:purple" if crosses_groups else "0.55")
+    if utilisation is not None:
+        cmap = plt.get_cmap("RdYlGn_r")
+        norm = matplotlib.colors.Normalize(vmin=0.0, vmax=1.0)
+        colors = ["0.85" if u is None else cmap(norm(min(u, 1.0)))
+                  for u in link_utilisation(fabric, utilisation)]
+        bar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax,
+                           fraction=0.025, pad=0.01)
+        bar.set_label("utilisation, busier direction (grey: not measured)", fontsize=7)
     ax.add_collection(LineCollection(segments, linewidths=widths, colors=colors,
-                                     alpha=0.5 if circular else 0.7, zorder=1))
+                                     alpha=0.5 if circular and utilisation is None else 0.8,
+                                     zorder=1))
     many = len(fabric.nodes) > LABEL_NODES_UP_TO
     roles: dict[str, list[str]] = {}
     for node in fabric.nodes.values():
@@ -360,9 +382,11 @@ def draw(fabric: Fabric, path) -> Path:
                         fontsize=5 if below or circular else 6)
     params = textwrap.fill(", ".join(f"{k}={_number(v)}" for k, v in fabric.params.items()),
                            width=int(figsize[0] * 14))  # about 14 characters an inch at 8 pt
-    ax.set_title(f"{fabric.kind}: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
-                 f"{len(fabric.links)} links\n{params}", fontsize=8)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    heading = f"{title}\nweathermap: " if title else ""
+    ax.set_title(f"{heading}{fabric.kind}: {len(fabric.hosts)} hosts, {len(fabric.switches)} "
+                 f"switches, {len(fabric.links)} links\n{params}", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.08 if utilisation is not None else 1.0, 1.0),
+              fontsize=7)
     ax.margins(0.05, 0.12)
     ax.set_aspect("equal" if circular else "auto")
     ax.axis("off")

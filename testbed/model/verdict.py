@@ -90,7 +90,9 @@ class Verdict:
         """Why the emulator is not trusted (empty when it is)."""
         if not self.trust:
             return ["nothing measured whether the emulator kept up"]
-        return [c.statement or f"{c.name}: {c.outcome}" for c in self.trust if not c.passed]
+        return [f"{c.name}: {_show(c.measured)} {c.unit} (expected {_show(c.expected)})"
+                + ("" if c.passed is False else ", not judged") for c in self.trust
+                if not c.passed]
 
     @property
     def failed(self) -> list[Check]:
@@ -116,6 +118,10 @@ class Verdict:
         return cls([Check.from_dict(c) for c in data.get("checks", [])],
                    [Check.from_dict(c) for c in data.get("trust", [])],
                    list(data.get("statements", [])))
+
+
+def _show(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def trust_checks(fidelity_by_setup: Iterable[tuple[str, dict]]) -> list[Check]:

@@ -17,9 +17,12 @@ Two things pip does not do on its own, done here:
     distributions' requirements are evaluated for the target; any that apply to it and are not
     met (exceptiongroup and tomli below 3.11, for instance) are added and the set is resolved
     again, until nothing is missing.
-  * Older pips (Debian 12's 23.0 among them) download every resolved wheel in ``--dry-run``
-    even when the index serves its metadata alone (PEP 658); torch and its CUDA libraries are
-    gigabytes. The resolution therefore runs with a pinned recent pip in a throwaway venv.
+  * A resolution needs each candidate's metadata, not the wheel; torch and its CUDA libraries
+    are gigabytes per Python. Older pips (Debian 12's 23.0 among them) download every resolved
+    wheel in ``--dry-run`` even when the index serves the metadata alone (PEP 658), so the
+    resolution runs with a pinned recent pip in a throwaway venv, which reads PEP 658 metadata
+    where the index serves it and otherwise fetches only each wheel's metadata with HTTP range
+    requests (``--use-feature=fast-deps``; a server without range support gets whole wheels).
 
 Machine-local package sources (find-links, extra indexes, constraints from pip.conf or from
 PIP_* variables) are ignored: the registry alone must carry every wheel.
@@ -53,17 +56,17 @@ except ModuleNotFoundError:  # Python 3.10; pytest depends on tomli there
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 PYPI_SIMPLE_URL = "https://pypi.org/simple"
-# The pip that resolves (in a throwaway venv): one that reads PEP 658 metadata and does not
-# download wheels in --dry-run.
+# The pip that resolves (in a throwaway venv): one that reads PEP 658 metadata, fetches wheel
+# metadata by range requests (fast-deps) and downloads no wheel in --dry-run.
 RESOLVER_PIP = "pip==26.3"
 ARCH = "x86_64"
 PYTHON_CLASSIFIER_PREFIX = "Programming Language :: Python :: "
 MAX_RESOLUTION_ROUNDS = 5  # each round can only add requirements; real sets settle in 1-2
 PIP_TIMEOUT_S = 900
-# PIP_* variables kept for pip's runs: transport settings, never package sources.
+# PIP_* variables kept for pip's runs: transport and cache settings, never package sources.
 PIP_TRANSPORT_VARIABLES = (
-    "PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES", "PIP_PROXY",
-    "PIP_TRUSTED_HOST",
+    "PIP_CACHE_DIR", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_NO_CACHE_DIR",
+    "PIP_PROXY", "PIP_RETRIES", "PIP_TRUSTED_HOST",
 )
 
 
@@ -210,7 +213,7 @@ def resolve(python: Path, requests: list[str], target: Target, index_url: str,
     report_path.unlink(missing_ok=True)
     platforms = [arg for tag in manylinux_platforms(target.glibc) for arg in ("--platform", tag)]
     argv = [str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-            "--only-binary=:all:", "--python-version", target.python_version,
+            "--use-feature=fast-deps", "--only-binary=:all:", "--python-version", target.python_version,
             "--implementation", "cp", *platforms, "--target", str(scratch / "target"),
             "--index-url", index_url, "--report", str(report_path), *requests]
     done = subprocess.run(argv, env=environment, capture_output=True, text=True,

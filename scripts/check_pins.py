@@ -218,9 +218,11 @@ def resolve(python: Path, requests: list[str], target: Target, index_url: str,
             "--index-url", index_url, "--report", str(report_path), *requests]
     done = subprocess.run(argv, env=environment, capture_output=True, text=True,
                           timeout=PIP_TIMEOUT_S)
+    # fast-deps announces itself on every run; only the rest says anything about the pins.
+    stderr = "\n".join(line for line in done.stderr.splitlines() if "fast-deps" not in line)
     if done.returncode != 0:
-        return None, done.stderr
-    return json.loads(report_path.read_text()), done.stderr
+        return None, stderr
+    return json.loads(report_path.read_text()), stderr
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ help:  ## list the targets
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-install:  ## install packages and the venv (idempotent; root)
+install:  ## install packages and the venv (idempotent; root; TESTBED_EXTRAS=torch adds torch)
 	@bash scripts/install.sh
 
 bpf: $(BPF_BUILD)/ecn_marker.o  ## compile the eBPF ECN marker (clang; no root)

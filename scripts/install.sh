@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
 # Install everything the testbed needs, idempotently: distribution packages (Open vSwitch,
-# Mininet, traffic and capture tools, the eBPF toolchain), then a venv made from the system
-# Python (the one Debian's and Ubuntu's Mininet is built for) that also sees system
-# site-packages, with the pinned PyPI dependencies and this project installed editable.
+# Mininet, traffic and capture tools, the eBPF toolchain and bpftool), then a venv made from
+# the system Python (the one Debian's and Ubuntu's Mininet is built for) that also sees system
+# site-packages, with this project installed editable together with the pins for that Python
+# (requirements.txt and requirements-<extra>.txt, read through the package metadata; environment
+# markers choose the pin where Python versions differ).
 # The Makefile, .ci/run and the Vagrant provisioning all call this one script.
 # A second run installs nothing and takes a few seconds.
+#
+#   sudo bash scripts/install.sh                  # runtime and test dependencies
+#   sudo bash scripts/install.sh --extras torch   # also the torch extra (comma-separated list)
+#
+# Environment: TESTBED_EXTRAS (same as --extras), TESTBED_VENV (default .venv),
+# TESTBED_TORCH_INDEX_URL (where the torch extra's pin is fetched from, e.g. PyTorch's CPU index
+# https://download.pytorch.org/whl/cpu; unset: pip's configured sources).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${TESTBED_VENV:-$ROOT/.venv}
 SYSTEM_PYTHON=/usr/bin/python3
+EXTRAS=${TESTBED_EXTRAS:-}
+TORCH_INDEX_URL=${TESTBED_TORCH_INDEX_URL:-}
+# bpftool and ovs-vswitchd live in sbin, which a non-login root shell may lack.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --extras) EXTRAS=${2:?install.sh: --extras needs a list, e.g. --extras torch}; shift 2 ;;
+    --extras=*) EXTRAS=${1#--extras=}; shift ;;
+    *) echo "install.sh: unknown argument '$1' (usage: install.sh [--extras torch])" >&2; exit 2 ;;
+  esac
+done
 
 APT_PACKAGES=(
   openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 tcpdump tshark
   clang llvm libbpf-dev python3-venv python3-pip procps fping
 )
-# bpftool writes and reads the eBPF ECN marker's pinned maps. Debian packages it on its own;
-# Ubuntu only per kernel release (linux-tools-<release>), so there it is not installed here.
-if grep -qx 'ID=debian' /etc/os-release 2>/dev/null; then
-  APT_PACKAGES+=(bpftool)
-fi
 
 say() { printf '[install] %s\n' "$*"; }
 
@@ -28,39 +44,86 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
+# The test extra always; each other extra must have its pins file, requirements-<extra>.txt.
+extras_list=test
+for extra in ${EXTRAS//,/ }; do
+  if [ ! -f "$ROOT/requirements-$extra.txt" ]; then
+    echo "install.sh: unknown extra '$extra' (no requirements-$extra.txt)" >&2
+    exit 2
+  fi
+  [ "$extra" = test ] || extras_list+=",$extra"
+done
+
+# --- distribution packages ----------------------------------------------------------------------
+
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$pkg")
   fi
 done
-if [ ${#missing[@]} -gt 0 ]; then
+
+# bpftool reads and writes the eBPF ECN marker's pinned maps. Debian packages it as `bpftool`,
+# and so does Ubuntu since it moved the tool out of its per-kernel packages; before that Ubuntu
+# ships it only per kernel release, in linux-tools-<release> (linux-tools-common's
+# /usr/sbin/bpftool is a wrapper that fails without it). Whichever apt offers is installed.
+bpftool_works() { command -v bpftool >/dev/null 2>&1 && bpftool version >/dev/null 2>&1; }
+apt_has_candidate() { LC_ALL=C apt-cache policy "$1" 2>/dev/null | grep -q '^ *Candidate: [^(]'; }
+
+need_bpftool=0
+bpftool_works || need_bpftool=1
+
+if [ ${#missing[@]} -gt 0 ] || [ "$need_bpftool" -eq 1 ]; then
+  apt-get update -qq
+  if [ "$need_bpftool" -eq 1 ]; then
+    kernel_tools="linux-tools-$(uname -r)"
+    if apt_has_candidate bpftool; then
+      bpftool_package=bpftool
+    elif apt_has_candidate "$kernel_tools"; then
+      bpftool_package=$kernel_tools
+    else
+      echo "install.sh: no bpftool for kernel $(uname -r): apt offers neither 'bpftool' nor '$kernel_tools'" >&2
+      exit 1
+    fi
+    say "bpftool from package $bpftool_package"
+    missing+=("$bpftool_package")
+  fi
   say "installing packages: ${missing[*]}"
   # tshark asks whether non-root users may capture; answer it so the install never blocks.
   echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
-  apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  bpftool_works || { echo "install.sh: bpftool still does not run after installing it" >&2; exit 1; }
 else
   say "distribution packages present"
 fi
+
+# --- the venv and the pinned Python dependencies ------------------------------------------------
 
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating venv $VENV from $SYSTEM_PYTHON (with system site-packages, for Mininet)"
   "$SYSTEM_PYTHON" -m venv --system-site-packages "$VENV"
 fi
+python_version=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-# Reinstall only when the pins or the package metadata changed.
+# Reinstall only when the pins, the package metadata or the requested extras changed.
 stamp="$VENV/.testbed-install.sha256"
-want=$(cat "$ROOT/requirements.txt" "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+want=$( { cat "$ROOT"/requirements*.txt "$ROOT/pyproject.toml" "$ROOT/setup.cfg"
+          echo "extras=$extras_list torch-index=$TORCH_INDEX_URL"; } | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  say "installing pinned Python dependencies"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e "$ROOT"
+  say "installing the pins for Python $python_version with extras [$extras_list]"
+  pip=("$VENV/bin/pip" install -q --disable-pip-version-check)
+  if [[ ",$extras_list," == *,torch,* ]] && [ -n "$TORCH_INDEX_URL" ]; then
+    # Only torch itself from that index; its dependencies resolve from the usual sources below.
+    "${pip[@]}" --no-deps --index-url "$TORCH_INDEX_URL" -r "$ROOT/requirements-torch.txt"
+  fi
+  "${pip[@]}" -e "$ROOT[$extras_list]"
   echo "$want" > "$stamp"
 else
-  say "venv up to date"
+  say "venv up to date (Python $python_version, extras [$extras_list])"
 fi
 
-"$VENV/bin/python" -c 'import mininet.net, os_ken, scapy, pyroute2, networkx, numpy, matplotlib, yaml' \
+modules=mininet.net,os_ken,scapy,pyroute2,networkx,numpy,matplotlib,yaml,pydantic,rich,pytest,hypothesis
+[[ ",$extras_list," == *,torch,* ]] && modules+=",torch"
+"$VENV/bin/python" -c "import $modules" \
   || { echo "install.sh: the venv cannot import its dependencies" >&2; exit 1; }
 say "ready: $VENV/bin/testbed"

@@ -33,6 +33,10 @@ MAX_CPU_BUSY_FRACTION = 0.95       # the machine needs idle time left to be keep
 # an order of magnitude below what the emulated network itself does.
 MAX_EMULATOR_LOSS_FRACTION = 0.005
 MIN_LINK_DELIVERY_FRACTION = 0.85  # busiest link vs its configured rate (bandwidth-bound)
+# A single thread's CPU, as cores over the measured window: a forwarding thread (ovs-vswitchd's
+# main loop polls every non-PMD port; the pause agent samples every lossless queue) that never
+# idled cannot have kept time, even when the machine as a whole had CPU left.
+MAX_THREAD_CORES = 0.97
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Verdict:
     emulator_loss_fraction: float
     notes: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    threads: dict = field(default_factory=dict)  # process -> {"thread", "cores"}
 
     def to_dict(self) -> dict:
         return {**asdict(self), "checks": [c.to_dict() for c in self.checks]}
@@ -60,7 +65,8 @@ def emulator_losses(rx_packets: int, tx_packets: int, queue_drops: int) -> int:
 
 def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fraction: float,
           emulator_loss_fraction: float, bandwidth_bound: bool = True,
-          setup: str | None = None) -> Verdict:
+          setup: str | None = None, threads: dict[str, tuple[str, float]] | None = None
+          ) -> Verdict:
     """Trustworthy when the CPU had headroom, the switches lost (almost) nothing and, for a
     bandwidth-bound workload, the bottleneck link carried close to its rate."""
     problems = []
@@ -80,6 +86,11 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
                             "traffic")
         else:
             notes.append(f"{message}; the workload is not bandwidth-bound, so this decides nothing")
+    threads = {p: (th, round(c, 4)) for p, (th, c) in (threads or {}).items()}
+    for process, (thread, cores) in threads.items():
+        if cores > MAX_THREAD_CORES:
+            problems.append(f"{process}'s thread {thread} used {cores:.2f} of a core (limit "
+                            f"{MAX_THREAD_CORES:g}): a saturated thread cannot keep time")
     reasons = problems or [f"CPU {cpu_busy_fraction:.0%} busy, switches lost "
                            f"{emulator_loss_fraction:.3%} of packets outside emulated queues, "
                            f"busiest link at {link_delivery_fraction:.0%} of its rate "
@@ -97,8 +108,12 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
                                MIN_LINK_DELIVERY_FRACTION, "fraction of its rate",
                                "the bottleneck link carried close to its configured rate",
                                setup))
+    for process, (thread, cores) in threads.items():
+        checks.append(at_most(f"{process} busiest thread", cores, MAX_THREAD_CORES,
+                              "cores", f"its thread {thread} had idle time left", setup))
     return Verdict(not problems, reasons, cpu_busy_fraction, vswitchd_cores,
-                   link_delivery_fraction, emulator_loss_fraction, notes, checks)
+                   link_delivery_fraction, emulator_loss_fraction, notes, checks,
+                   {p: {"thread": th, "cores": c} for p, (th, c) in threads.items()})
 
 
 class Watch:
@@ -109,7 +124,12 @@ class Watch:
 
     def __init__(self, net, interval_s: float = 0.25):
         self.net = net
-        self.sampler = Sampler(link_directions(net.fabric), net.switchd.pids, interval_s)
+        threads = {"ovs-vswitchd": list(net.switchd.pids)}
+        pfc = getattr(net, "pfc", None)
+        if pfc is not None and pfc.proc is not None:
+            threads["pause agent"] = [pfc.proc.pid]
+        self.sampler = Sampler(link_directions(net.fabric), net.switchd.pids, interval_s,
+                               threads=threads)
         self.directions = {d.label: d for d in self.sampler.directions}
         self.before: dict[str, int] = {}
         self.switches: dict[str, int] = {}
@@ -161,4 +181,17 @@ class Watch:
         received = max(self.switches.get("rx_packets", 0), 1)
         return judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
                      window_mean(self.series.vswitchd_cores, self.series, *window),
-                     delivery, self.emulator_lost() / received, bandwidth_bound, setup)
+                     delivery, self.emulator_lost() / received, bandwidth_bound, setup,
+                     self.busiest_threads(window))
+
+    def busiest_threads(self, window_s: tuple[float, float]) -> dict[str, tuple[str, float]]:
+        """Per watched process, the thread busiest in most intervals of the window and the
+        mean cores of the busiest thread over it."""
+        out = {}
+        for process, cores in self.series.thread_cores.items():
+            names = [n for n, t in zip(self.series.thread_names[process], self.series.t_s)
+                     if window_s[0] <= t <= window_s[1] and n]
+            if names:
+                out[process] = (max(set(names), key=names.count),
+                                window_mean(cores, self.series, *window_s))
+        return out

@@ -83,6 +83,39 @@ def process_cpu_ticks(pids: list[int]) -> int:
     return total
 
 
+def thread_ticks(pids: list[int]) -> dict[tuple[int, int], tuple[str, int]]:
+    """(pid, tid) -> (thread name, user + system clock ticks so far) of every thread of
+    ``pids``; threads that end meanwhile are left out."""
+    found = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                    text = fh.read()
+            except OSError:
+                continue
+            name = text[text.index("(") + 1:text.rindex(")")]
+            parts = text.rsplit(")", 1)[1].split()
+            found[(pid, int(tid))] = (name, int(parts[11]) + int(parts[12]))
+    return found
+
+
+def busiest_thread(before: dict, after: dict, dt_s: float) -> tuple[str, float]:
+    """The thread that used the most CPU between two ``thread_ticks`` readings, and the
+    cores it used (1.0: a whole core)."""
+    best = ("", 0.0)
+    for key, (name, ticks) in after.items():
+        earlier = before[key][1] if key in before else 0  # a thread started meanwhile
+        cores = (ticks - earlier) / CLOCK_TICKS_PER_S / dt_s
+        if cores > best[1]:
+            best = (name, cores)
+    return best
+
+
 @dataclass
 class Series:
     """Samples at times ``t_s`` (seconds since start)."""
@@ -91,17 +124,27 @@ class Series:
     link_bytes: dict[str, list[int]] = field(default_factory=dict)
     cpu_busy_fraction: list[float] = field(default_factory=list)  # of all cores, per interval
     vswitchd_cores: list[float] = field(default_factory=list)  # cores used, per interval
+    # per watched process (ovs-vswitchd, the pause agent): its busiest thread's cores and
+    # name, per interval: a saturated forwarding thread shows here when the machine does not
+    thread_cores: dict[str, list[float]] = field(default_factory=dict)
+    thread_names: dict[str, list[str]] = field(default_factory=dict)
 
 
 class Sampler:
     """Samples counters every ``interval_s`` in a thread until stopped."""
 
     def __init__(self, directions: list[Direction], vswitchd_pids: list[int],
-                 interval_s: float = 0.25):
+                 interval_s: float = 0.25, threads: dict[str, list[int]] | None = None):
+        """``threads``: process name -> PIDs whose threads are watched one by one (by default
+        ovs-vswitchd's)."""
         self.directions = directions
         self.vswitchd_pids = list(vswitchd_pids)
         self.interval_s = interval_s
-        self.series = Series(link_bytes={d.label: [] for d in directions})
+        self.threads = dict(threads) if threads is not None else {
+            "ovs-vswitchd": list(vswitchd_pids)}
+        self.series = Series(link_bytes={d.label: [] for d in directions},
+                             thread_cores={name: [] for name in self.threads},
+                             thread_names={name: [] for name in self.threads})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -122,6 +165,7 @@ class Sampler:
         s = self.series
         last_busy, last_total = cpu_times()
         last_vsw = process_cpu_ticks(self.vswitchd_pids)
+        last_threads = {name: thread_ticks(pids) for name, pids in self.threads.items()}
         last_t = time.monotonic()
         while True:
             now = time.monotonic()
@@ -133,6 +177,12 @@ class Sampler:
             dt = max(now - last_t, 1e-6)
             s.cpu_busy_fraction.append((busy - last_busy) / max(total - last_total, 1))
             s.vswitchd_cores.append((vsw - last_vsw) / CLOCK_TICKS_PER_S / dt)
+            for name, pids in self.threads.items():
+                ticks = thread_ticks(pids)
+                thread, cores = busiest_thread(last_threads[name], ticks, dt)
+                s.thread_cores[name].append(cores)
+                s.thread_names[name].append(thread)
+                last_threads[name] = ticks
             last_busy, last_total, last_vsw, last_t = busy, total, vsw, now
             if self._stop.wait(self.interval_s):
                 break

@@ -6,6 +6,7 @@ import pytest
 from testbed.measure.fidelity import (
     MAX_CPU_BUSY_FRACTION,
     MAX_EMULATOR_LOSS_FRACTION,
+    MAX_THREAD_CORES,
     MIN_LINK_DELIVERY_FRACTION,
     emulator_losses,
     judge,
@@ -67,7 +68,8 @@ def test_emulator_losses_by_conservation(rx, tx, drops, lost):
 def test_verdict_serialises_every_input():
     d = judge(**GOOD).to_dict()
     assert set(d) == {"trustworthy", "reasons", "cpu_busy_fraction", "vswitchd_cores",
-                      "link_delivery_fraction", "emulator_loss_fraction", "notes", "checks"}
+                      "link_delivery_fraction", "emulator_loss_fraction", "notes", "checks",
+                      "threads"}
     assert [c["name"] for c in d["checks"]] == ["machine CPU busy",
                                                "packets lost inside the switches",
                                                "busiest link delivery"]
@@ -81,3 +83,17 @@ def test_checks_fail_where_the_verdict_does():
                         "busiest link delivery": "FAIL"}
     assert [c["name"] for c in judge(**GOOD, bandwidth_bound=False).to_dict()["checks"]] == [
         "machine CPU busy", "packets lost inside the switches"]
+
+
+@pytest.mark.parametrize(("cores", "trusted"), [
+    (MAX_THREAD_CORES, True), (MAX_THREAD_CORES + STEP, False)])
+def test_a_saturated_thread_is_flagged_even_with_machine_cpu_to_spare(cores, trusted):
+    v = judge(**GOOD, threads={"ovs-vswitchd": ("ovs-vswitchd", cores),
+                               "pause agent": ("python3", 0.4)})
+    assert v.trustworthy is trusted
+    assert trusted or "saturated thread" in v.reasons[0]
+    outcomes = {c.name: c.outcome for c in v.checks}
+    assert outcomes["ovs-vswitchd busiest thread"] == ("PASS" if trusted else "FAIL")
+    assert outcomes["pause agent busiest thread"] == "PASS"
+    assert v.to_dict()["threads"]["ovs-vswitchd"] == {"thread": "ovs-vswitchd",
+                                                      "cores": round(cores, 4)}

@@ -6,6 +6,7 @@
     testbed report RUN_DIR [RUN_DIR ...]           a run's verdict, or several side by side
     testbed schema [--write]                       the scenario JSON schema
     testbed topo | doctor | clean | bench          describe, inspect, recover, measure
+    testbed calibrate                              the highest rate this machine holds
 
 Exit status: 0 the run completed, every judged check passed and the emulator kept up; 1 a
 check failed or the emulator did not keep up (``--accept-failed`` / ``--accept-untrusted``
@@ -163,6 +164,16 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from testbed.apply.network import check_root
+    from testbed.capacity.calibrate import calibrate
+
+    check_root()
+    calibrate(log=lambda m: print(f"[calibrate] {m}", flush=True), start_mbit=args.start_mbit,
+              max_mbit=args.max_mbit, results_dir=args.results)
+    return EXIT_OK
+
+
 class OneLineErrors(argparse.ArgumentParser):
     """Usage errors as one line (``testbed: error: ...``, exit 2) like the testbed's own."""
 
@@ -288,6 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],
                        help="fat-tree sizes to bring up and down (default: 4 and 8)")
     bench.set_defaults(func=cmd_bench)
+
+    cal = sub.add_parser("calibrate", help="find the highest link rate this machine emulates "
+                         "faithfully (the k=4 ring trusted at >= 90%% busbw) and keep it as "
+                         "the default")
+    cal.add_argument("--start-mbit", type=float, default=25.0, help="first rate tried (25)")
+    cal.add_argument("--max-mbit", type=float, default=1600.0, help="highest rate tried (1600)")
+    cal.add_argument("--results", default="results", help="where the trials' runs go")
+    cal.set_defaults(func=cmd_calibrate)
     return ap
 
 

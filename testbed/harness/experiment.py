@@ -124,15 +124,32 @@ class Experiment:
     sections: ClassVar[frozenset[str]] = COMMON_SECTIONS  # the common sections it honours
     cli_aliases: ClassVar[dict[str, str]] = {}  # extra flag of ``testbed NAME`` -> Params field
 
+    max_default_rate_mbit: ClassVar[float | None] = None  # a calibrated default is capped here
+
     def __init__(self, scenario: Scenario, params, platform: Platform):
         self.scenario = scenario
         self.params = params
         self.platform = platform
+        self._rate: tuple[float, str] | None = None
 
     # -- what the scenario fixes, with this experiment's defaults ------------------------------
     @property
     def rate_mbit(self) -> float:
-        return self.scenario.link_rate_mbit or self.default_rate_mbit
+        return self.rate_decision[0]
+
+    @property
+    def rate_decision(self) -> tuple[float, str]:
+        """The link rate and why: the scenario's, else this machine's calibrated rate times
+        its margin (testbed.capacity.calibrate), else the experiment's safe default."""
+        if self._rate is None:
+            if self.scenario.link_rate_mbit:
+                self._rate = (self.scenario.link_rate_mbit, "set by the scenario")
+            else:
+                from testbed.capacity.calibrate import default_rate
+
+                self._rate = default_rate(self.platform, self.default_rate_mbit,
+                                          self.max_default_rate_mbit)
+        return self._rate
 
     @property
     def mtu_bytes(self) -> int:

@@ -130,13 +130,15 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
         "provenance": provenance(resolved.platform), "results_dir": str(workdir),
         "scenario": scenario.model_dump(mode="json"),
         "params": experiment.params.model_dump(mode="json"),
-        "link_rate_mbit": experiment.rate_mbit, "mtu_bytes": experiment.mtu_bytes,
+        "link_rate_mbit": experiment.rate_mbit, "link_rate_decided_by":
+        experiment.rate_decision[1], "mtu_bytes": experiment.mtu_bytes,
         "ecn_path": resolved.ecn_path,
         "setups": {s.name: s.describe() for s in resolved.setups},
         "results": {}, "verdict": None, "plots": [], "report": None,
     }
     results: dict[str, dict] = {}
     log(f"run {run_id}: {experiment.headline()}")
+    log(f"link rate {experiment.rate_mbit:g} Mbit/s: {experiment.rate_decision[1]}")
     t0 = time.monotonic()
     try:
         with interrupts_as_exceptions(), machine(run_id, log) as ledger:

@@ -1,0 +1,197 @@
+"""What link rate this machine emulates faithfully: ``testbed calibrate`` searches for the
+highest rate at which the default workload (the k=4 fat-tree's 16-rank ring AllReduce) is
+trustworthy and delivers at least 90% of the link rate in busbw, and stores it with a
+description of the machine. Runs whose scenario fixes no rate take the calibrated rate times
+a margin; without a calibration for this machine they say so and take a safe rate.
+
+The search doubles the rate from ``start_mbit`` while runs pass, then bisects between the last
+pass and the first failure until the bracket is within ``resolution``. Each trial moves about
+the same number of seconds of data whatever its rate (the AllReduce size scales with it), so a
+trial takes about half a minute.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform as pyplatform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+DEFAULT_CALIBRATION_PATH = Path("/var/lib/testbed/calibration.json")
+SAFE_RATE_MBIT = 6.0      # trustworthy on a busy 2-core machine with no calibration
+MARGIN = 0.8              # runs take this share of the calibrated rate
+MIN_BUSBW_FRACTION = 0.9  # a trial passes at busbw >= 90% of the link rate, and trusted
+START_MBIT = 25.0
+MAX_MBIT = 1600.0
+RESOLUTION = 0.15         # stop when the bracket's upper end is within 15% of its lower end
+ITERATION_S = 2.0         # seconds of ring traffic per iteration at the trial's rate
+WORLD = 16                # ranks of the k=4 fat-tree
+
+
+def machine_description(platform) -> dict:
+    """What a calibration holds for: the CPU, its count, the kernel, Open vSwitch and the
+    datapath path. A run on a machine that differs in any of them does not use it."""
+    from testbed.harness.provenance import ovs_version
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu_model": model, "cpus": os.cpu_count(), "kernel": platform.kernel_release,
+            "ovs_version": ovs_version(), "machine": pyplatform.machine(),
+            "ovs_datapath": platform.paths.ovs_datapath,
+            "ovs_offload": getattr(platform.paths, "ovs_offload", None)}
+
+
+def trial_size_bytes(rate_mbit: float, world: int = WORLD,
+                     iteration_s: float = ITERATION_S) -> int:
+    """The AllReduce size whose ring moves ``iteration_s`` of data at ``rate_mbit``: busbw =
+    size / t * 2(n-1)/n, so size = rate * t * n / (2(n-1)); a multiple of 4 KiB."""
+    size = rate_mbit * 1e6 / 8 * iteration_s * world / (2 * (world - 1))
+    return max(4096, int(size) // 4096 * 4096)
+
+
+@dataclass
+class Trial:
+    rate_mbit: float
+    busbw_fraction: float | None
+    trusted: bool
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.trusted and (self.busbw_fraction or 0.0) >= MIN_BUSBW_FRACTION
+
+
+def next_rate(trials: list[Trial], start_mbit: float = START_MBIT,
+              max_mbit: float = MAX_MBIT, resolution: float = RESOLUTION) -> float | None:
+    """The next rate to try, or None when the search is done: double while every trial
+    passed, then bisect (geometrically) between the best pass and the lowest failure."""
+    if not trials:
+        return start_mbit
+    passes = [t.rate_mbit for t in trials if t.passed]
+    fails = [t.rate_mbit for t in trials if not t.passed]
+    if not fails:
+        top = max(passes)
+        return None if top >= max_mbit else min(top * 2, max_mbit)
+    low_fail = min(fails)
+    if not passes:
+        return None if low_fail <= start_mbit / 8 else low_fail / 2
+    best = max(p for p in passes if p < low_fail) if any(p < low_fail for p in passes) else None
+    if best is None:
+        return low_fail / 2
+    if low_fail <= best * (1 + resolution):
+        return None
+    return round((best * low_fail) ** 0.5, 1)
+
+
+def result_of(trials: list[Trial]) -> float | None:
+    """The highest rate that passed below every failure (None if none passed)."""
+    fails = [t.rate_mbit for t in trials if not t.passed]
+    ceiling = min(fails, default=float("inf"))
+    passes = [t.rate_mbit for t in trials if t.passed and t.rate_mbit < ceiling]
+    return max(passes, default=None)
+
+
+@dataclass
+class Calibration:
+    rate_mbit: float
+    margin: float
+    machine: dict
+    trials: list[dict]
+    measured_at: str
+
+    @property
+    def run_rate_mbit(self) -> float:
+        return round(self.rate_mbit * self.margin, 1)
+
+
+def calibration_path() -> Path:
+    """Where the calibration is kept: TESTBED_CALIBRATION, else /var/lib/testbed."""
+    return Path(os.environ.get("TESTBED_CALIBRATION", DEFAULT_CALIBRATION_PATH))
+
+
+def load_calibration(machine: dict, path: Path | None = None
+                     ) -> tuple[Calibration | None, str]:
+    """The stored calibration if it is for this machine, and a sentence saying why or why
+    not."""
+    path = path or calibration_path()
+    try:
+        data = json.loads(path.read_text())
+        calibration = Calibration(**data)
+    except FileNotFoundError:
+        return None, f"no calibration ({path} missing: run `sudo testbed calibrate`)"
+    except (OSError, ValueError, TypeError) as exc:
+        return None, f"the calibration in {path} cannot be read ({exc})"
+    differs = [k for k, v in machine.items() if calibration.machine.get(k) != v]
+    if differs:
+        return None, (f"the calibration in {path} is for another machine (differs in "
+                      f"{', '.join(differs)}); run `sudo testbed calibrate`")
+    return calibration, (f"calibrated: {calibration.rate_mbit:g} Mbit/s held by the k=4 ring on "
+                         f"{calibration.measured_at}, times the margin {calibration.margin:g}")
+
+
+def default_rate(platform, safe_mbit: float, cap_mbit: float | None = None,
+                 path: Path | None = None) -> tuple[float, str]:
+    """The link rate a run takes when its scenario names none, and why."""
+    calibration, why = load_calibration(machine_description(platform), path)
+    if calibration is None:
+        return safe_mbit, f"the safe default {safe_mbit:g} Mbit/s: {why}"
+    rate = calibration.run_rate_mbit
+    if cap_mbit is not None and rate > cap_mbit:
+        return cap_mbit, f"{why}, capped at {cap_mbit:g} Mbit/s by the experiment"
+    return rate, why
+
+
+def save_calibration(calibration: Calibration, path: Path | None = None) -> Path:
+    path = path or calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(calibration), indent=1))
+    return path
+
+
+def calibrate(log=print, start_mbit: float = START_MBIT, max_mbit: float = MAX_MBIT,
+              results_dir: str = "results", path: Path | None = None) -> Calibration:
+    """Run the search on this machine (root) and store the result."""
+    import datetime
+
+    from testbed.capabilities import detect
+    from testbed.errors import TestbedError
+    from testbed.harness.run import run_scenario
+    from testbed.harness.scenario import load
+
+    platform = detect()
+    trials: list[Trial] = []
+    while (rate := next_rate(trials, start_mbit, max_mbit)) is not None:
+        size = trial_size_bytes(rate)
+        log(f"trial {len(trials) + 1}: {rate:g} Mbit/s, {size / 2**20:.1f} MiB AllReduce")
+        resolved = load("fattree-allreduce", {
+            "link_rate_mbit": rate, "params.size_bytes": size, "params.warmup": 1,
+            "params.iters": 2, "results_dir": results_dir, "name": f"calibrate-{rate:g}"})
+        try:
+            outcome = run_scenario(resolved, log=lambda m: None)
+        except TestbedError as exc:
+            trials.append(Trial(rate, None, False, [str(exc)]))
+        else:
+            result = outcome.summary["results"]["fabric"]
+            trials.append(Trial(rate, result["busbw_fraction_of_link"],
+                                outcome.verdict.emulator_trusted, outcome.verdict.reasons))
+        t = trials[-1]
+        log(f"  busbw {t.busbw_fraction if t.busbw_fraction is None else round(t.busbw_fraction, 3)}"
+            f" of the link, {'trusted' if t.trusted else 'NOT trusted: ' + '; '.join(t.reasons)}"
+            f": {'pass' if t.passed else 'fail'}")
+    best = result_of(trials)
+    if best is None:
+        raise TestbedError(f"no rate passed (the lowest tried: {min(t.rate_mbit for t in trials):g}"
+                           " Mbit/s); see the trials' run folders")
+    calibration = Calibration(best, MARGIN, machine_description(platform),
+                              [asdict(t) for t in trials],
+                              datetime.datetime.now().isoformat(timespec="seconds"))
+    where = save_calibration(calibration, path)
+    log(f"calibrated: the k=4 ring holds {best:g} Mbit/s; runs take {calibration.run_rate_mbit:g}"
+        f" Mbit/s (x{MARGIN:g}); stored in {where}")
+    return calibration

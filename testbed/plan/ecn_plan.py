@@ -84,7 +84,7 @@ BPF_SECTION = "classifier"
 # asm/types.h under the multiarch directory, which clang -target bpf does not search.
 BPF_CFLAGS = ("-O2", "-g", "-Wall", "-target", "bpf",
               f"-I/usr/include/{os.uname().machine}-linux-gnu")
-FILTER_PRIO = "1"
+FILTER_PRIO = "2"  # after the loss program (testbed.plan.loss_plan), which passes what it keeps
 FILTER_HANDLE = "1"
 # tc pins the maps of programs it loads under <bpffs>/tc/globals.
 PIN_DIR = PurePosixPath("/sys/fs/bpf/tc/globals")

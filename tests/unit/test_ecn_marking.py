@@ -276,7 +276,7 @@ def test_ebpf_plan_sizes_the_buffer_then_attaches_then_configures_every_port():
         assert lines[3 * i:3 * i + 3] == [
             f"qdisc replace dev {port.intf} parent 5:1 handle 10: bfifo limit {BUFFER_BYTES}",
             f"qdisc replace dev {port.intf} clsact",
-            f"filter replace dev {port.intf} egress prio 1 handle 1 bpf da obj {obj} "
+            f"filter replace dev {port.intf} egress prio 2 handle 1 bpf da obj {obj} "
             "sec classifier"]
     # per port: zeroed state, counters and sample, then the config that switches it on
     assert len(plan.bpftool) == 4 * len(ports)

@@ -499,6 +499,29 @@ def test_replot_refuses_what_is_not_a_finished_dctcp_run(tmp_path, capsys):
     assert "queue.json" in capsys.readouterr().err
 
 
+def test_the_harness_makes_the_verdict_report_and_plots_of_a_run(tmp_path):
+    from testbed.capabilities import detect
+    from testbed.harness.provenance import provenance
+    from testbed.harness.run import COMPLETE, finish
+
+    e = experiment()
+    results = run_results(tmp_path)
+    results["n8-ecn"]["utilisation"] = 0.5
+    summary = {"run_id": "r1", "experiment": "dctcp", "title": e.title, "headline": "h",
+               "status": COMPLETE, "error": None, "started_at": "t", "finished_at": None,
+               "provenance": provenance(detect()), "results_dir": str(tmp_path),
+               "link_rate_mbit": RATE_MBIT, "setups": {s.name: s.describe() for s in e.setups()}}
+    outcome = finish(summary, results, e, tmp_path, log=lambda message: None)
+    assert outcome.verdict.counts() == {PASS: 9, FAIL: 1, NOT_JUDGED: 0}
+    assert [(c.setup, c.name) for c in outcome.verdict.failed] == [("n8-ecn", "ECN utilisation")]
+    assert outcome.verdict.emulator_trusted  # every setup's fidelity checks passed
+    assert sorted(outcome.summary["plots"]) == ["plots/queue_cdf.png", "plots/queue_time.png"]
+    report = (tmp_path / "report.md").read_text()
+    for entry in PUBLISHED:
+        assert entry["statement"] in report
+    assert "ours: 2 senders, queues" in report
+
+
 # --- the testbed dctcp flags ------------------------------------------------------------------
 
 

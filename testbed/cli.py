@@ -194,6 +194,13 @@ def comma_list(text: str) -> list:
     return [parse_params([f"v={item}"])["v"] for item in text.split(",") if item]
 
 
+class Flatten(argparse.Action):
+    """``--senders 2 8`` and ``--senders 2,8`` both give [2, 8]."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [item for group in values for item in group])
+
+
 def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> None:
     """One ``--flag`` for a pydantic field: lists as comma-separated values, booleans as
     true/false, the rest as their type; help from the field's description and default."""
@@ -206,7 +213,7 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
     help_text = (info.description or "") + f" (default {default!r})"
     flags = ["--" + name.replace("_", "-"), *aliases]
     if typing.get_origin(base) in (list, tuple):
-        parser.add_argument(*flags, dest=name, type=comma_list,
+        parser.add_argument(*flags, dest=name, type=comma_list, nargs="+", action=Flatten,
                             metavar="A,B,...", help=help_text)
     elif base is bool:
         parser.add_argument(*flags, dest=name, type=lambda s: s.lower() in ("1", "true", "yes"),

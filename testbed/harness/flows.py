@@ -1,13 +1,18 @@
 """Traffic helpers experiments share, run on a running fabric
-(testbed.apply.network.FabricNetwork): long TCP flows between host pairs (iperf3), and every
-host's TCP loss counters read in its own namespace."""
+(testbed.apply.network.FabricNetwork): long TCP flows between host pairs (iperf3), a traffic
+pattern's flows summarised (testbed.measure.patterns), and every host's TCP loss counters
+read in its own namespace."""
 from __future__ import annotations
 
 import json
 import subprocess
 import time
 
+from pydantic import Field
+
 from testbed.errors import TestbedError
+from testbed.harness.experiment import Params
+from testbed.measure.patterns import PatternResult, fraction_of_capacity
 
 BASE_PORT = 5400
 SERVER_START_S = 0.5       # iperf3 servers listening before the clients connect
@@ -51,6 +56,46 @@ def run_flows(net, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
                 proc.kill()
             proc.wait()
     return rates, errors
+
+
+class LongFlowParams(Params):
+    """How long each traffic pattern's flows run: ``seconds`` measured after ``omit_s``
+    seconds of TCP start-up that are left out."""
+
+    seconds: int = Field(10, ge=2, le=3600, description="measured seconds per pattern")
+    omit_s: int = Field(2, ge=0, le=60, description="TCP start-up seconds left out")
+
+
+def flow_window(start_monotonic_s: float, seconds: int, omit_s: int) -> tuple[float, float]:
+    """When ``run_flows`` started at ``start_monotonic_s`` measures its rates: after its
+    servers' head start and the omitted start-up, for ``seconds``."""
+    begin = start_monotonic_s + SERVER_START_S + omit_s
+    return begin, begin + seconds
+
+
+def run_pattern(net, pattern: str, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
+                host_rate_mbit: float, streams: int = 1) -> PatternResult:
+    """One long flow per (source, destination) pair, all at once: what each destination
+    received, and the aggregate as a fraction of the senders' host links."""
+    start = time.monotonic()
+    rates, errors = run_flows(net, pairs, seconds, omit_s, streams=streams)
+    return PatternResult(pattern, list(pairs), rates, fraction_of_capacity(rates, host_rate_mbit),
+                         errors, flow_window(start, seconds, omit_s))
+
+
+def run_patterns(run, patterns: dict[str, list[tuple[str, str]]], seconds: int, omit_s: int,
+                 host_rate_mbit: float) -> dict[str, PatternResult]:
+    """Every pattern ({name: pairs}) in turn on one running setup
+    (testbed.harness.experiment.SetupRun), logged as it goes."""
+    results = {}
+    with run.progress.phase(f"{run.setup.name}: traffic patterns", total=len(patterns)) as phase:
+        for name, pairs in patterns.items():
+            r = run_pattern(run.net, name, pairs, seconds, omit_s, host_rate_mbit)
+            results[name] = r
+            run.log(f"{run.setup.name}: {name}: {r.fraction_of_capacity:.1%} of the host links"
+                    + (f"; {len(r.errors)} flows failed: {r.errors[0]}" if r.errors else ""))
+            phase.advance(note=name)
+    return results
 
 
 def parse_proc_net(text: str) -> dict[str, dict[str, int]]:

@@ -1,44 +1,36 @@
-"""ECMP on the wire: Hedera's ordering (non-blocking >= ECMP > single-path) on the k=4
-fat-tree, and many flows spread over an edge switch's uplinks (Jain index), measured with
-real TCP flows through OVS select groups."""
+"""ECMP on the wire, as ``scenarios/ecmp-hedera.yaml`` runs it, shortened to strides 4 and 8
+and 4 s per pattern: Hedera's ordering (non-blocking >= ECMP > single-path) on the k=4
+fat-tree, ECMP's gap beside Hedera's hardware figures, and 64 TCP flows from edge switch p0e0
+spread over its uplinks by OVS select groups (Jain index) while single-path routing puts them
+all on one (testbed.experiments.hedera). Every check the run judges must pass (the shape
+check is not judged: it compares strides of different layers, and both strides here climb to
+the core), and the run must be trusted: the non-blocking reference at 85% of its host links,
+every flow to its end, and each setup's fidelity verdict over its measured windows."""
 from __future__ import annotations
 
-import pytest
+from testbed.harness.run import run_scenario
+from testbed.harness.scenario import load
 
-from testbed.experiments.hedera.run import HederaConfig, run_hedera, verdict
-
-JAIN_MIN_ECMP = 0.9            # the issue's bar for 64 flows over 2 uplinks
-SINGLE_PATH_SHARE_MIN = 0.99   # single-path: one uplink carries (nearly) all the bytes
-ECMP_GAIN_MIN = 0.05           # ECMP above single-path by at least 5% of the host links
-NONBLOCKING_SLACK = 0.02       # the reference may trail ECMP by 2% (measurement noise)
+PATTERNS = ["stride4", "stride8"]
+SHORTENED = {"params.patterns": PATTERNS, "params.seconds": 4, "params.omit_s": 1}
 
 
-@pytest.fixture(scope="module")
-def hedera(tmp_path_factory):
-    config = HederaConfig(rate_mbit=10.0, seconds=4, omit_s=1, patterns=("stride4", "stride8"),
-                          results_dir=str(tmp_path_factory.mktemp("hedera")))
-    return run_hedera(config, log=lambda m: None)
-
-
-def test_the_emulator_kept_up(hedera):
-    assert verdict(hedera)["emulator_kept_up"], verdict(hedera)
-    failed = [e for setup in hedera.patterns.values() for r in setup.values() for e in r.errors]
-    assert not failed, failed
-
-
-def test_ordering_nonblocking_ecmp_single(hedera):
-    fraction = {setup: sum(r.fraction_of_capacity for r in hedera.patterns[setup].values())
-                / len(hedera.patterns[setup]) for setup in hedera.patterns}
-    assert fraction["nonblocking"] >= fraction["ecmp"] - NONBLOCKING_SLACK, fraction
-    assert fraction["ecmp"] >= fraction["single"] + ECMP_GAIN_MIN, fraction
-
-
-def test_ecmp_spreads_64_flows_over_the_uplinks(hedera):
-    spread = hedera.spread["ecmp"]
-    assert spread.flows == 64
-    assert spread.jain >= JAIN_MIN_ECMP, spread
-
-
-def test_single_path_puts_everything_on_one_uplink(hedera):
-    spread = hedera.spread["single"]
-    assert max(spread.uplink_bytes) >= SINGLE_PATH_SHARE_MIN * sum(spread.uplink_bytes), spread
+def test_ecmp_trails_the_non_blocking_switch_beats_single_path_and_spreads(tmp_path):
+    resolved = load("ecmp-hedera", {**SHORTENED, "results_dir": str(tmp_path)})
+    outcome = run_scenario(resolved, log=print)
+    for what, value in outcome.summary["rows"]:
+        print(f"{what}: {value}")
+    checks = {c.name: c for c in outcome.verdict.checks}
+    for pattern in PATTERNS:
+        for claim in ("non-blocking >= ECMP", "ECMP > single-path",
+                      "ECMP / non-blocking beside Hedera's"):
+            check = checks[f"{pattern}: {claim}"]
+            assert check.passed, check
+    assert checks["the gap opens as flows climb the tree"].passed is None
+    assert checks["uplink spread: Jain index under ECMP"].passed, checks
+    assert checks["uplink spread: busiest uplink's share under single-path"].passed, checks
+    results = outcome.summary["results"]
+    assert results["ecmp"]["spread"]["flows"] == 64
+    assert "spread" not in results["nonblocking"]
+    assert outcome.verdict.emulator_trusted, outcome.verdict.reasons
+    assert outcome.exit_status() == 0

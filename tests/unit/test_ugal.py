@@ -11,8 +11,8 @@ handlers on a fake connection, which install that rule and never send the packet
 Two fluid-model figures are reported for a set of placements, from the loads
 testbed.controllers.routing.dragonfly.link_loads_mbit gives each pair on the path it was placed on:
   - ``busiest_fraction``: 1 / the busiest link's utilisation, as
-    testbed.experiments.dragonfly.run.predicted_fraction reads the fluid model (every flow slowed by
-    the worst link anywhere);
+    testbed.experiments.dragonfly.experiment.predicted_fraction reads the fluid model (every
+    flow slowed by the worst link anywhere);
   - ``max_min_fraction``: the max-min fair rates of the flows (progressive filling, what
     long TCP flows tend to), summed over the host links' capacity. On p=1 a=3 h=2 g=7 it
     predicts 33% for minimal and about 46% for Valiant with one random intermediate group
@@ -77,11 +77,11 @@ from testbed.controllers.routing.ugal import (
     to_controller_rules,
     ugal_choice,
 )
-from testbed.experiments.hedera.run import index_pattern
+from testbed.measure.patterns import host_pairs
 from testbed.model.topology.dragonfly import dragonfly
 
 RATE_MBIT = 10.0
-DRAGONFLY = {"p": 1, "a": 3, "h": 2, "g": 7}  # testbed.experiments.dragonfly.run's
+DRAGONFLY = {"p": 1, "a": 3, "h": 2, "g": 7}  # testbed.experiments.dragonfly.experiment's
 RANDOM_SEEDS = range(1, 11)
 # Shift pattern, flows arriving in host order, the default seed: what the placements reach.
 SHIFT_MIN_BUSIEST_FRACTION = 0.5    # minimal: 1/3 (three flows on one global link)
@@ -352,7 +352,7 @@ def test_uniform_random_traffic_mostly_stays_minimal_and_loses_nothing(fabric, v
     throughput is at least minimal routing's (up to RANDOM_MAX_LOSS_FRACTION)."""
     minimal_share = []
     for seed in RANDOM_SEEDS:
-        pairs = index_pattern("random", seed)(fabric)
+        pairs = host_pairs(fabric, "random", seed)
         _, options = place_pairs(fabric, view, pairs)
         share = sum(o is None for o in options.values()) / len(options)
         assert share > 0.5, seed

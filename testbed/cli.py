@@ -195,10 +195,11 @@ def comma_list(text: str) -> list:
 
 
 class Flatten(argparse.Action):
-    """``--senders 2 8`` and ``--senders 2,8`` both give [2, 8]."""
+    """``--senders 2 8``, ``--senders 2,8`` and ``--senders 2 --senders 8`` all give [2, 8]."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [item for group in values for item in group])
+        earlier = getattr(namespace, self.dest, None) or []
+        setattr(namespace, self.dest, [*earlier, *(item for group in values for item in group)])
 
 
 def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> None:

@@ -11,7 +11,7 @@ A run's config carries an ``ecn`` section and two host fields (scenario YAML or 
 
 ``ecn`` keys: ``profile`` (step or red) with its thresholds, or ``scheme`` (dctcp or dcqcn,
 ``testbed.plan.scaling``; ``rtt_s`` for dctcp's K > C*RTT/7); ``buffer_bytes`` (every marked
-port's byte buffer; default ``testbed.apply.network.default_buffer_bytes`` at the link rate);
+port's byte buffer; default ``testbed.plan.port_queue.default_buffer_bytes`` at the link rate);
 ``path`` (red-qdisc or ebpf, to take one the machine has instead of its default);
 ``sample_ms`` (queue-depth sampling interval, 0 for none). Thresholds are validated by the
 profiles themselves; errors name the field as ``ecn.<key>``.

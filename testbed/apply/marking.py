@@ -38,8 +38,8 @@ from testbed.plan.ecn_plan import (
     BPF_OBJECT,
     BPF_SOURCE,
     ECN_PATH_EBPF,
-    ECN_PATHS,
     batch_input,
+    check_ecn_path,
     choose_ecn_path,
     compile_command,
     counter_reset_commands,
@@ -95,8 +95,9 @@ class EcnMarking:
 
     def __init__(self, fabric: Fabric, queue: QueueConfig, ledger: Ledger, path: str,
                  obj: Path = BPF_OBJECT, log=print):
-        if path not in ECN_PATHS:
-            raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
+        if path is None:
+            raise ConfigError("ecn_path", "must be decided before the marking is made")
+        check_ecn_path(path)
         self.fabric = fabric
         self.queue = queue
         self.ledger = ledger

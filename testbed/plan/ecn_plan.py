@@ -292,14 +292,19 @@ def red_parameters(profile: EcnProfile, mtu_bytes: int) -> RedParameters:
 # --- choosing and planning --------------------------------------------------------------------
 
 
+def check_ecn_path(path: str | None, field: str = "ecn_path") -> None:
+    """A marking path is one of ECN_PATHS (None: not chosen yet)."""
+    if path is not None and path not in ECN_PATHS:
+        raise ConfigError(field, f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
+
+
 def choose_ecn_path(report: Platform, prefer: str | None = None,
                     object_built: bool = False) -> str:
     """The marking path for this machine: the capabilities report's choice, or ``prefer``
     (e.g. the eBPF path on a kernel with RED, to compare the two) when the machine can take
     it. Each path needs what ``testbed.capabilities.ECN_PATH_NEEDS`` lists, the eBPF path
     clang only while the object is not built."""
-    if prefer is not None and prefer not in ECN_PATHS:
-        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {prefer!r}")
+    check_ecn_path(prefer)
     path = prefer or report.paths.ecn_marking
     way = "RED qdisc" if path == ECN_PATH_RED else "eBPF"
     needed = [name for name in ECN_PATH_NEEDS[path] if not (object_built and name == "clang")]

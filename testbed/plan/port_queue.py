@@ -61,9 +61,9 @@ from testbed.plan.ecn_plan import (
     BPF_SECTION,
     ECN_PATH_EBPF,
     ECN_PATH_RED,
-    ECN_PATHS,
     RedParameters,
     batch_input,
+    check_ecn_path,
     ebpf_config_commands,
     marker_config,
     red_parameters,
@@ -337,11 +337,6 @@ def marker_lines(intf: str, obj: Path = BPF_OBJECT) -> list[str]:
     return [f"qdisc replace dev {intf} clsact",
             f"filter replace dev {intf} egress prio {MARKER_FILTER_PRIO} handle "
             f"{MARKER_FILTER_HANDLE} bpf da obj {obj} sec {BPF_SECTION}"]
-
-
-def check_ecn_path(path: str | None) -> None:
-    if path is not None and path not in ECN_PATHS:
-        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
 
 
 def port_plan(intf: str, rate_mbit: float | None, mtu_bytes: int,

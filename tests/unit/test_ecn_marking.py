@@ -478,9 +478,10 @@ def test_a_path_the_machine_cannot_take_is_refused_before_anything_runs(monkeypa
     monkeypatch.setattr(testbed.capabilities, "detect", lambda: platform(STOCK_KERNEL))
     assert apply.machine_ecn_path() == "red-qdisc"
     assert apply.machine_ecn_path(prefer="ebpf") == "ebpf"
-    with pytest.raises(ConfigError):
-        apply.EcnMarking(three_hosts_one_leaf(), QueueConfig(BUFFER_BYTES), Ledger("r", 1),
-                         "pie")
+    for undecided in ("pie", None):  # the marking itself never decides
+        with pytest.raises(ConfigError):
+            apply.EcnMarking(three_hosts_one_leaf(), QueueConfig(BUFFER_BYTES), Ledger("r", 1),
+                             undecided)
 
 
 def test_counters_and_depths_are_read_per_port(marking, monkeypatch):

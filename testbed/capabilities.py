@@ -298,7 +298,8 @@ def ecn_marking_summary(platform: Platform) -> str:
 
 
 # Features whose code exists today; the others show the path they will take once built.
-IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion", "pfc"})
+IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion", "pfc",
+                                 "delay_loss"})
 
 
 def capability_rows(platform: Platform) -> list[tuple[str, str, str]]:

@@ -354,7 +354,8 @@ class FabricNetwork:
                                  read_ifindex if self.marking is not None else None)
         if self.marking is not None:
             self.marking.prepare(plan.ports)  # before tc pins the marker's maps
-        run_tool(["tc", "-batch", "-"], plan.tc_batch(), "tc could not queue the switch ports")
+        if plan.tc:
+            run_tool(["tc", "-batch", "-"], plan.tc_batch(), "tc could not queue the switch ports")
         if plan.bpftool:
             run_tool(["bpftool", "batch", "file", "-"], plan.bpftool_batch(),
                      "bpftool could not configure the ECN marker's ports")

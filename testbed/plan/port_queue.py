@@ -42,14 +42,14 @@ lost on the wire never takes buffer space (a real link loses it after the queue,
 buffer holds at most the lost bytes fewer). The eBPF marker runs before the root qdisc: with
 a fixed delay its virtual FIFO sees the same arrivals shifted by the delay, so it finds the
 backlog the real queue will find; with jitter (netem reorders packets) or loss (it counts
-packets netem then drops) its backlog is an approximation. netem drops its child's drops
-too: ``testbed.measure.counters.impairment_drops`` takes them out.
+packets netem then drops) its backlog is an approximation. netem counts its child's drops
+as its own: ``testbed.measure.counters.impairment_drops`` takes them out.
 """
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
 from dataclasses import dataclass, field
 from pathlib import Path
 

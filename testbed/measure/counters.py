@@ -10,10 +10,12 @@ packets cross the veth, not OVS's database copy of them, which it refreshes ever
 seconds.
 
 Why a tc process and not netlink from here: measured on a 2-core development VM, pyroute2
-0.9.7 takes about 90 us per qdisc to parse a dump and read its statistics (22 ms for the 250
-qdiscs of a k=4 fat-tree's switch ports, 90 ms for 1000), while one ``tc -s -j`` process
-costs about 2 ms to start and ``json.loads`` 0.3 ms for 250 entries. Only the PFC agent,
-which reads a few qdiscs every 2 ms, speaks netlink itself (``testbed.apply.netlink``).
+0.9.7 takes 75-95 us per qdisc to parse a dump and read its statistics (19-24 ms for the 250
+or so qdiscs of a k=4 fat-tree's switch ports, 84-89 ms for 1000), while one ``tc -s -j``
+process costs 2-9 ms (fastest and median, on a loaded machine) and ``json.loads`` 0.4 ms
+for 250 entries. (tc's own time per qdisc could not be measured without making qdiscs; it
+is compiled code.) Only the PFC agent, which reads a few qdiscs every 2 ms, speaks netlink
+itself (``testbed.apply.netlink``).
 
 Everything here is pure but the readers at the end.
 """

@@ -298,30 +298,32 @@ def ecn_marking_summary(platform: Platform) -> str:
 
 
 # Features whose code exists today; the others show the path they will take once built.
-IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion", "pfc"})
+IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion", "pfc",
+                                 "delay_loss"})
+
+
+def capability_rows(platform: Platform) -> list[tuple[str, str, str]]:
+    """(capability, yes/no, how it was decided), in report order."""
+    return [(cap.name, "yes" if cap.available else "no", cap.detail)
+            for cap in platform.capabilities.values()]
+
+
+def path_rows(platform: Platform) -> list[tuple[str, str]]:
+    """(feature, the path it takes here), saying which features are not built yet."""
+    return [(feature, path if feature in IMPLEMENTED_FEATURES
+             else f"{path}  (chosen path; feature not built yet)")
+            for feature, path in vars(platform.paths).items()]
 
 
 def format_report(platform: Platform) -> str:
-    """A readable aligned table: each capability yes/no with its detail, then each path."""
-    caps = list(platform.capabilities.values())
-    name_width = max([len("capability")] + [len(cap.name) for cap in caps])
-    lines = [
-        f"kernel {platform.kernel_release}",
-        "",
-        f"{'capability':<{name_width}}  avail  detail",
-        f"{'-' * name_width}  -----  {'-' * 6}",
-    ]
-    for cap in caps:
-        avail = "yes" if cap.available else "no"
-        lines.append(f"{cap.name:<{name_width}}  {avail:<5}  {cap.detail}")
-    path_items = list(vars(platform.paths).items())
-    feature_width = max([len("feature")] + [len(feature) for feature, _ in path_items])
-    lines += ["", f"{'feature':<{feature_width}}  path", f"{'-' * feature_width}  ----"]
-    for feature, path in path_items:
-        status = "" if feature in IMPLEMENTED_FEATURES else "  (chosen path; feature not built yet)"
-        lines.append(f"{feature:<{feature_width}}  {path}{status}")
-    lines += ["", ecn_marking_summary(platform)]
-    return "\n".join(lines)
+    """``testbed doctor``'s report: the kernel, each capability yes/no with its detail, each
+    feature's path, and the ECN marking summary, the tables aligned."""
+    from testbed.harness.console import table_text
+
+    return "\n\n".join([f"kernel {platform.kernel_release}",
+                        table_text(capability_rows(platform), ("capability", "avail", "detail")),
+                        table_text(path_rows(platform), ("feature", "path")),
+                        ecn_marking_summary(platform)])
 
 
 # --- thin layer: read the machine -------------------------------------------------------------

@@ -118,15 +118,16 @@ def cmd_schema(args) -> int:
 
 
 def cmd_topo(args) -> int:
+    from testbed.harness.console import table_text
     from testbed.model.topology import build
-    from testbed.model.topology.describe import describe, format_description
+    from testbed.model.topology.describe import describe, description_rows
 
     if args.draw is not None and "=" in args.draw:
         raise ConfigError("--draw", f"expected a PNG or SVG path, got {args.draw!r}; put --draw "
                           "after the parameters")
     fabric = build(args.name, **parse_params(args.param))
     info = describe(fabric)
-    print(json.dumps(info, indent=1) if args.json else format_description(info))
+    print(json.dumps(info, indent=1) if args.json else table_text(description_rows(info)))
     if args.draw is not None:
         from testbed.model.topology.describe import draw
 

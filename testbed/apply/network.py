@@ -7,11 +7,13 @@ one OVS transaction); ``FabricNetwork`` applies them in as few steps as possible
 - hosts are Mininet hosts (a shell in its own network namespace), started together;
 - links are veth pairs made over netlink (pyroute2), the host end created directly inside
   the host's namespace, never one ``ip`` process per interface;
-- every host configures its end (address, MTU, offloads, HTB rate, byte buffer) in one
-  command, all hosts in parallel;
-- the switch ends get their tc from one ``tc -batch``; all bridges, ports and controller
-  settings are one ``ovs-vsctl`` transaction (ports with the ``linux-noop`` QoS, so OVS keeps
-  the qdiscs);
+- every host configures its end (address, MTU, offloads, and its port's whole queue plan,
+  ``testbed.plan.port_queue``) in one command, all hosts in parallel;
+- every switch end's whole queue plan (rate, buffer or class queues, ECN marking,
+  impairment) is one ``tc -batch`` for all of them (and, on the eBPF marking path, one
+  ``bpftool batch`` filling the marker's maps); all bridges, ports and controller settings
+  are one ``ovs-vsctl`` transaction (ports with the ``linux-noop`` QoS, so OVS keeps the
+  qdiscs);
 - with the userspace datapath the switches live in the run's own ovs-vswitchd
   (testbed.apply.ovs.PrivateSwitchd), so tear-down is stopping two daemons and one netlink request
   for every interface (veth ends and bridge taps share the run's link group).
@@ -24,23 +26,19 @@ or TCP stalls on unfinished partial checksums; jumbo frames cut the per-packet c
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.apply import ovs
 from testbed.apply.controller import ControllerProcess
-from testbed.apply.marking import EcnMarking
-from testbed.apply.pfc_runtime import (
-    PauseAgentProcess,
-    lossless_queue_drops,
-    pfc_totals,
-)
+from testbed.apply.marking import EcnMarking, machine_ecn_path, read_ifindex, run_tool
+from testbed.apply.pfc_runtime import PauseAgentProcess, pfc_totals
 from testbed.apply.state import (
     STATE_DIR,
     Ledger,
@@ -50,15 +48,18 @@ from testbed.apply.state import (
     processes_in_netns,
 )
 from testbed.errors import TestbedError
+from testbed.measure import counters
 from testbed.model.topology.base import Fabric
-from testbed.plan import class_plan
-from testbed.plan.profiles import PFC_CLASSES, QueueConfig
-from testbed.plan.settings import SYSCTL_TCP_CC, sysctl_lines
+from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size buffers with it
+    Impairment,
+    default_buffer_bytes,  # noqa: F401
+    host_queue,
+    port_plan,
+    switch_queue_plan,
+)
+from testbed.plan.profiles import QueueConfig
+from testbed.plan.settings import SYSCTL_TCP_CC, queue_record, sysctl_lines
 
-BUFFER_HANDLE = "10:"  # the per-port drop-tail buffer's tc handle
-# Every queue that drops: the single buffer, or one per traffic class.
-BUFFER_HANDLES = frozenset({BUFFER_HANDLE, *(class_plan.leaf_handle(p)
-                                             for p in range(PFC_CLASSES))})
 OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 OVS_TIMEOUT_S = 120
 DRAIN_TIMEOUT_S = 5.0  # after traffic stops, for paused queues to empty (wait_switches_drained)
@@ -103,51 +104,15 @@ def socket_buffer_settings(nbytes: int) -> dict[str, str]:
     return {path: str(nbytes) for path in SOCKET_DEFAULTS}
 
 
-def default_buffer_bytes(rate_mbit: float, mtu_bytes: int) -> int:
-    """Egress buffer of a port: 50 ms at the link rate, and never under 8 full frames."""
-    return max(8 * mtu_bytes, int(rate_mbit * 1e6 / 8 * 0.050))
-
-
-def shaping_commands(intf: str, rate_mbit: float | None, mtu_bytes: int,
-                     queue: QueueConfig | None = None) -> list[str]:
-    """tc commands (without the leading ``tc``) giving ``intf`` an HTB rate and a byte-sized
-    drop-tail buffer, or, when ``queue`` asks for traffic classes, one buffer per class
-    (``testbed.plan.class_plan``); none for an unshaped link."""
-    if rate_mbit is None:
-        return []
-    burst = 2 * mtu_bytes
-    quantum = mtu_bytes + 64  # at least one frame per round, so jumbo frames are not starved
-    classes = queue is not None and queue.uses_classes
-    default_minor = class_plan.default_class_minor() if classes else 1
-    return [
-        f"qdisc replace dev {intf} root handle 5: htb default {default_minor:x}",
-        f"class replace dev {intf} parent 5: classid 5:1 htb rate {rate_mbit}mbit "
-        f"burst {burst} cburst {burst} quantum {quantum}",
-        f"qdisc replace dev {intf} parent 5:1 handle {BUFFER_HANDLE} bfifo "
-        f"limit {default_buffer_bytes(rate_mbit, mtu_bytes)}",
-        *(class_plan.class_commands(intf, rate_mbit, mtu_bytes, queue) if classes else []),
-    ]
-
-
-def qdisc_drops(tc_json: str) -> int:
-    """Packets dropped by the link buffers in ``tc -s -j qdisc show`` output (the HTB parent
-    repeats its children's drops, so only the buffers themselves are counted)."""
-    return sum(q.get("drops", 0) for q in json.loads(tc_json or "[]")
-               if q.get("handle") in BUFFER_HANDLES)
-
-
-def qdisc_backlog_packets(tc_json: str) -> int:
-    """Packets waiting in the link buffers in ``tc -s -j qdisc show`` output."""
-    return sum(q.get("qlen", 0) for q in json.loads(tc_json or "[]")
-               if q.get("handle") in BUFFER_HANDLES)
-
-
 def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None,
-                queue: QueueConfig | None = None) -> str:
+                queue: QueueConfig | None = None,
+                impairments: Mapping[str, Impairment] | None = None) -> str:
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
-    so they go away with it."""
+    so they go away with it. Its NIC's queue is the port plan of ``queue`` (class queues only
+    when it has traffic classes, ``port_queue.host_queue``; no marking) with the link's
+    impairment from ``impairments`` (interface -> Impairment)."""
     node = fabric.nodes[host]
     link, end = fabric.host_link(host)
     intf = link.intf(end)
@@ -161,10 +126,8 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         *(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
           for h in fabric.hosts if h.name != host),
     ]
-    # With traffic classes, a host's egress has the same class queues as a switch port, so
-    # that PFC can pause its lossless class.
-    tc_batch = shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes,
-                                queue if queue is not None and queue.uses_classes else None)
+    tc_batch = port_plan(intf, link.rate_mbit, fabric.mtu_bytes, host_queue(queue),
+                         impairment=(impairments or {}).get(intf)).tc
     lines = [
         "set -e",
         # IPv6 off before the link comes up: no DAD or router solicitations on the fabric.
@@ -175,13 +138,6 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         f"ethtool -K {intf} {' '.join(OFFLOADS_OFF)} >/dev/null 2>&1 || true",
         *(["tc -batch - <<'EOF'", *tc_batch, "EOF"] if tc_batch else []),
     ]
-    return "\n".join(lines) + "\n"
-
-
-def switch_tc_batch(fabric: Fabric, queue: QueueConfig | None = None) -> str:
-    """``tc -batch`` input shaping every switch-side interface (root namespace)."""
-    lines = [cmd for _, _, intf, link in fabric.switch_ends()
-             for cmd in shaping_commands(intf, link.rate_mbit, fabric.mtu_bytes, queue)]
     return "\n".join(lines) + "\n"
 
 
@@ -225,9 +181,13 @@ class FabricNetwork:
 
     def __init__(self, fabric: Fabric, workdir: Path, ledger: Ledger, datapath: str = "user",
                  routing: str = "ecmp", log=print, queue: QueueConfig | None = None,
-                 ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None):
-        """``queue``: the queue every shaped switch port gets (buffer, ECN marking) on
-        ``ecn_path`` (None: this machine's choice); ``host_sysctls``: set in every host."""
+                 ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None,
+                 impairments: Mapping[str, Impairment] | None = None):
+        """``queue``: the queue every shaped switch port gets (buffer or class queues, ECN
+        marking) on ``ecn_path`` (as decided by the caller; None: this machine's choice,
+        decided here once); ``host_sysctls``: set in every host; ``impairments``: interface
+        -> Impairment (``testbed.plan.port_queue.link_impairments``), switch and host ends
+        alike."""
         self.fabric = fabric
         self.workdir = workdir
         self.ledger = ledger
@@ -241,7 +201,9 @@ class FabricNetwork:
         self.timings = Timings()
         self.host_sysctls = dict(host_sysctls or {})
         self.queue = queue
-        self.marking = (EcnMarking(fabric, queue, ledger, ecn_path, log=log)
+        self.impairments = dict(impairments or {})
+        self.ecn_path = None if queue is None else ecn_path or machine_ecn_path()
+        self.marking = (EcnMarking(fabric, queue, ledger, self.ecn_path, log=log)
                         if queue is not None else None)
         self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
                                       log=log)
@@ -279,9 +241,7 @@ class FabricNetwork:
                     self.fabric, self.switchd.datapath_type, self.controller.port)], OVS_TIMEOUT_S)
                 self._configure_hosts()
                 self._disable_switch_offloads()
-                self._shape_switch_ends()
-                if self.marking is not None:
-                    self.marking.apply()
+                self._queue_switch_ports()
                 if self.pfc is not None:
                     self.pfc.start({name: host.pid for name, host in self.hosts.items()})
                 self.timings.build_s = time.monotonic() - t0
@@ -361,7 +321,8 @@ class FabricNetwork:
         with self.ledger.kernel_settings(allowed_congestion_control(self.host_sysctls)):
             for name, host in self.hosts.items():
                 path = scripts / f"{name}.sh"
-                path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue))
+                path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
+                                            self.impairments))
                 host.sendCmd(f"sh {path}; echo rc=$?")
             for name, host in self.hosts.items():
                 out = host.waitOutput()
@@ -386,12 +347,21 @@ class FabricNetwork:
         finally:
             ethtool.close()
 
-    def _shape_switch_ends(self) -> None:
-        """Rates and buffers on every switch end, from one ``tc -batch``."""
-        out = subprocess.run(["tc", "-batch", "-"], input=switch_tc_batch(self.fabric, self.queue),
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            raise TestbedError(f"tc could not shape the switch ports: {out.stderr.strip()[-300:]}")
+    def _queue_switch_ports(self) -> None:
+        """Every switch end's whole queue (``testbed.plan.port_queue``) from one ``tc -batch``,
+        then, on the eBPF marking path, the marker's map entries from one ``bpftool batch``."""
+        plan = switch_queue_plan(self.fabric, self.queue, self.ecn_path, self.impairments,
+                                 read_ifindex if self.marking is not None else None)
+        if self.marking is not None:
+            self.marking.prepare(plan.ports)  # before tc pins the marker's maps
+        if plan.tc:
+            run_tool(["tc", "-batch", "-"], plan.tc_batch(), "tc could not queue the switch ports")
+        if plan.bpftool:
+            run_tool(["bpftool", "batch", "file", "-"], plan.bpftool_batch(),
+                     "bpftool could not configure the ECN marker's ports")
+        if self.marking is not None:
+            self.log(f"queues on {len(plan.ports)} switch ports by {self.ecn_path}: "
+                     f"{queue_record(self.queue)}")
 
     # -- use --------------------------------------------------------------------------------
     def host(self, name: str):
@@ -486,7 +456,7 @@ class FabricNetwork:
         """Packets dropped so far by the emulated egress queues, hosts and switches."""
         total = self.switch_counters()["queue_drops"]
         for host in self.hosts.values():
-            total += qdisc_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"))
+            total += counters.queue_drops(counters.read_host_qdiscs(host))
         return total
 
     def pfc_summary(self) -> dict:
@@ -495,10 +465,9 @@ class FabricNetwork:
         if self.pfc is None:
             raise TestbedError("this fabric runs without PFC (its queue has no pfc thresholds)")
         summary = pfc_totals(self.pfc.counters())
-        root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
-        drops = lossless_queue_drops(root.stdout, self.queue)
+        drops = counters.lossless_drops(counters.read_qdiscs(), self.queue)
         for host in self.hosts.values():
-            drops += lossless_queue_drops(host.cmd("tc", "-s", "-j", "qdisc", "show"), self.queue)
+            drops += counters.lossless_drops(counters.read_host_qdiscs(host), self.queue)
         summary["lossless_drops"] = drops
         summary["agent_running"] = self.pfc.alive()
         return summary
@@ -510,24 +479,17 @@ class FabricNetwork:
         not count as lost in packet conservation."""
         deadline = time.monotonic() + timeout_s
         while True:
-            root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True,
-                                  text=True)
-            queued = qdisc_backlog_packets(root.stdout)
+            queued = counters.queued_packets(counters.read_qdiscs())
             if queued == 0 or time.monotonic() >= deadline:
                 return queued
             time.sleep(DRAIN_POLL_S)
 
     def switch_counters(self) -> dict[str, int]:
-        """Packets received and sent by all switch ports, and dropped by their egress queues:
-        the inputs of the packet-conservation check (testbed.measure.fidelity.emulator_losses)."""
-        totals = {"rx_packets": 0, "tx_packets": 0}
-        for name in self.root_interfaces():
-            for key in totals:
-                with open(f"/sys/class/net/{name}/statistics/{key}") as fh:
-                    totals[key] += int(fh.read())
-        root = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
-        totals["queue_drops"] = qdisc_drops(root.stdout)
-        return totals
+        """Packets received and sent by all switch ports, dropped by their egress queues and
+        by impairments: the inputs of the packet-conservation check
+        (testbed.measure.fidelity.emulator_losses; ``counters.switch_totals``)."""
+        return counters.switch_totals(counters.read_interface_counters(self.root_interfaces()),
+                                      counters.read_qdiscs())
 
     # -- tear-down --------------------------------------------------------------------------
     def stop(self) -> None:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from testbed.errors import TestbedError
+from testbed.measure.ovs_tables import parse_vsctl_json
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 VSWITCHD_PIDFILE = "/var/run/openvswitch/ovs-vswitchd.pid"
@@ -73,8 +74,9 @@ def vswitchd_pid() -> int | None:
 
 
 def list_bridges() -> list[str]:
-    out = _vsctl("list-br")
-    return out.stdout.split() if out.returncode == 0 else []
+    """The bridges of the machine's OVS, read from its database as JSON."""
+    out = _vsctl("--format=json", "--columns=name", "list", "Bridge")
+    return [row["name"] for row in parse_vsctl_json(out.stdout)] if out.returncode == 0 else []
 
 
 def delete_bridges(names: list[str]) -> None:

@@ -1,6 +1,7 @@
 """PFC on a running fabric: starts the pause agent (``testbed.apply.pfc_agent``) once the
 class queues are in place, stops it by PID, and reads its results back as the run's ``pfc``
-summary. ``testbed.apply.network.FabricNetwork`` owns one when its queue has PFC thresholds.
+summary (drops in the lossless queues are ``testbed.measure.counters.lossless_drops``).
+``testbed.apply.network.FabricNetwork`` owns one when its queue has PFC thresholds.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READ
 from testbed.apply.state import Ledger
 from testbed.errors import TestbedError
 from testbed.model.topology.base import Fabric
-from testbed.plan import class_plan
 from testbed.plan.pfc import agent_plan
 from testbed.plan.profiles import QueueConfig
 
@@ -120,9 +120,3 @@ def pfc_totals(counters: dict) -> dict:
         "agent_cpu_s": counters.get("cpu_s"),
     }
 
-
-def lossless_queue_drops(tc_json: str, queue: QueueConfig) -> int:
-    """Packets dropped by lossless-class queues in ``tc -s -j qdisc show`` output."""
-    handles = set(class_plan.lossless_leaf_handles(queue))
-    return sum(q.get("drops", 0) for q in json.loads(tc_json or "[]")
-               if q.get("handle") in handles)

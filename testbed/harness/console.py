@@ -1,7 +1,12 @@
-"""What a run prints: its summary rows, every check as PASS or FAIL with measured against
-expected, and whether the emulator kept up (rich tables; plain text when not a terminal)."""
+"""What the testbed prints as tables, all through rich: a run's summary rows, every check as
+PASS or FAIL with measured against expected, and whether the emulator kept up (plain text
+when not a terminal); and ``table_text``, the one plain aligned table (``testbed topo``,
+``testbed doctor``)."""
 from __future__ import annotations
 
+from io import StringIO
+
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -10,6 +15,7 @@ from testbed.model.verdict import FAIL, NOT_JUDGED, PASS
 
 STYLES = {PASS: "green", FAIL: "bold red", NOT_JUDGED: "yellow"}
 PLAIN_WIDTH = 140  # columns when the output is not a terminal (logs, pipes)
+UNWRAPPED_WIDTH = 10_000  # table_text's lines are as long as their cells make them
 
 
 def console() -> Console:
@@ -17,6 +23,29 @@ def console() -> Console:
     if not c.is_terminal:
         c = Console(highlight=False, width=PLAIN_WIDTH, no_color=True)
     return c
+
+
+# No borders; a rule of dashes under the header only (the lines of a rich Box: top, head,
+# head_row, mid, row, foot_row, foot, bottom; each left, horizontal, divider, right).
+HEADER_RULE = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+
+
+def table_text(rows, header=None) -> str:
+    """Rows of cells as plain text: columns left-aligned, two spaces apart, no borders and no
+    wrapping (a long cell makes a long line), trailing blanks trimmed; ``header`` (column
+    names) above them, ruled off with dashes."""
+    if header is None:
+        table = Table(*([""] * len(rows[0] if rows else ())), show_header=False, box=None,
+                      pad_edge=False, padding=(0, 1))
+    else:  # the divider is a blank column, so one blank of padding on the right makes two
+        table = Table(*header, box=HEADER_RULE, show_edge=False, pad_edge=False,
+                      padding=(0, 1, 0, 0), header_style="")
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    out = StringIO()
+    Console(file=out, width=UNWRAPPED_WIDTH, no_color=True, highlight=False, emoji=False,
+            markup=False).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
 def print_rows(rows: list[list[str]], title: str | None = None) -> None:

@@ -39,7 +39,7 @@ def queue_plan(spec: QueueSpec | None, rate_mbit: float, mtu_bytes: int,
     Errors name the field inside ``queue``."""
     if spec is None:
         return None, None
-    from testbed.apply.network import default_buffer_bytes
+    from testbed.plan.port_queue import default_buffer_bytes
     from testbed.plan.pfc import switch_fan_in
     from testbed.plan.profiles import QueueConfig
     from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_thresholds

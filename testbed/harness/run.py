@@ -173,6 +173,7 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
     from testbed.apply.network import FabricNetwork
     from testbed.harness.experiment import SetupRun
     from testbed.measure.openflow import openflow_summary
+    from testbed.plan.port_queue import Impairment, link_impairments
     from testbed.plan.settings import EcnSettings
 
     scenario, experiment = resolved.scenario, resolved.experiment
@@ -192,10 +193,13 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
                           resolved.ecn_path, sample_ms)
     events = [FailureEvent(e.at_s, e.action, tuple(e.link) if e.link else None, e.switch)
               for e in scenario.failures]
+    impairments = link_impairments(fabric, [
+        (spec.link, Impairment(spec.delay_ms, spec.jitter_ms, spec.loss_percent))
+        for spec in scenario.impairments])
     result: dict = {"dir": str(folder)}
     with FabricNetwork(fabric, folder, ledger, datapath=datapath, routing=setup.routing,
                        log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
-                       host_sysctls=setup.host_sysctls()) as net:
+                       host_sysctls=setup.host_sysctls(), impairments=impairments) as net:
         t = net.timings
         log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
             f"{len(fabric.switches)} switches programmed by the controller "

@@ -6,7 +6,7 @@ front of, so it marks on a virtual copy of the port's FIFO, and
 ``testbed.apply.marking.EcnMarking.queue_depths`` reports that copy. A claim about the queue
 itself reads the bfifo's own backlog: ``PortBacklog`` asks the kernel for exactly that qdisc
 (one RTM_GETQDISC with NLM_F_ECHO, answered with its statistics; the request and reply codec
-is ``testbed.apply.pfc_agent.QdiscBacklogs``, which the pause agent reads its lossless
+is ``testbed.apply.netlink.QdiscBacklogs``, which the pause agent reads its lossless
 queues with), so a sample costs a system call, not a process. ``backlog_divergence`` compares
 the two series sampled at the same instants.
 """
@@ -17,7 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from testbed.errors import TestbedError
 from testbed.measure.stats import percentile
-from testbed.plan.ecn_plan import BUFFER_HANDLE
+from testbed.plan.port_queue import Handles
+
+BUFFER_HANDLE = Handles.BUFFER
 
 # Reads the backlogs of {(ifindex, handle major)} in one go: -> {(ifindex, major): bytes}.
 ReaderFactory = Callable[[set[tuple[int, int]]], object]
@@ -32,7 +34,7 @@ def handle_major(handle: str) -> int:
 
 
 def _netlink_reader(wanted: set[tuple[int, int]]):
-    from testbed.apply.pfc_agent import QdiscBacklogs
+    from testbed.apply.netlink import QdiscBacklogs
 
     return QdiscBacklogs(wanted)
 

@@ -1,8 +1,10 @@
-"""A switch's OpenFlow tables as OVS reports them (``ovs-ofctl dump-groups`` / ``dump-flows``),
-parsed into records: what the testbed compares with the tables the controller computed, and
-what ``testbed cli`` shows."""
+"""What OVS reports, parsed into records: a switch's OpenFlow tables (``ovs-ofctl dump-groups``
+/ ``dump-flows``), what the testbed compares with the tables the controller computed and what
+``testbed cli`` shows; and rows of OVS's database as ``ovs-vsctl --format=json`` prints them
+(bridges, ports, interfaces and their statistics), never its text formats."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 
@@ -65,3 +67,27 @@ def parse_flows(text: str) -> list[FlowEntry]:
                                ",".join(m for m in match if m), actions.strip(),
                                int(fields.get("n_packets", 0)), int(fields.get("n_bytes", 0))))
     return flows
+
+
+def ovsdb_value(value):
+    """One column's value in OVSDB's JSON notation (RFC 7047) as plain data: a set is a list,
+    a map a dict, a UUID its string; an atom stays as it is (OVSDB writes a set of exactly one
+    element as that element)."""
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+        kind, inner = value
+        if kind == "set":
+            return [ovsdb_value(v) for v in inner]
+        if kind == "map":
+            return {ovsdb_value(k): ovsdb_value(v) for k, v in inner}
+        if kind in ("uuid", "named-uuid"):
+            return inner
+    return value
+
+
+def parse_vsctl_json(text: str) -> list[dict]:
+    """``ovs-vsctl --format=json list TABLE`` (or ``find``) output -> one dict per row,
+    keyed by column name."""
+    if not text.strip():
+        return []
+    table = json.loads(text)
+    return [dict(zip(table["headings"], map(ovsdb_value, row))) for row in table["data"]]

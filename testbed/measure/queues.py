@@ -1,20 +1,14 @@
-"""Telemetry of the marked switch queues: per-port counters over a run, and every port's
-queue depth sampled every few milliseconds during it (as mininet-tests/dctcp sampled at
-10 ms), turned into the ``ecn`` part of a run's summary.
+"""Queue depths of the marked switch ports, sampled every few milliseconds during a run (as
+mininet-tests/dctcp sampled at 10 ms), and the ``ecn`` part of a run's summary: the ports'
+counters over the run (``testbed.measure.counters``), depth statistics, path and queue.
 
-Two sources, by marking path (``testbed.plan.ecn_plan``):
-
-- eBPF: the marker's ``ecn_counters`` map (CE marks, ECT packets, peak virtual backlog,
-  virtual-FIFO drops) and its ``ecn_qdepth`` map (the backlog after the latest packet and
-  its time, drained to the moment of reading: ``ecn_plan.queue_bytes_at``);
-- either path: the buffer qdisc's own statistics (packets sent, drops, backlog, and RED's
-  ``marked``). On the eBPF path its drops beside the marker's virtual drops show whether
-  the virtual FIFO kept in step with the real one.
-
-``testbed.apply.marking.EcnMarking`` does the reading; everything here is pure but the sampling
-thread. Cost of a sample: one ``bpftool -j map dump`` (eBPF) or ``tc -s -j qdisc show``
-(RED) process reads every port at once. Not yet measured on a live fabric: the series keeps
-how long each read took (``read_s``) and the statistics the interval achieved; if reads
+Depths come, by marking path (``testbed.plan.ecn_plan``), from the eBPF marker's
+``ecn_qdepth`` map (the backlog after the latest packet and its time, drained to the moment
+of reading: ``ecn_plan.queue_bytes_at``) or from the RED qdiscs' backlog.
+``testbed.apply.marking.EcnMarking`` does the reading; everything here is pure but the
+sampling thread. Cost of a sample: one ``bpftool -j map dump`` (eBPF) or ``tc -s -j qdisc
+show`` (RED) process reads every port at once. Not yet measured on a live fabric: the series
+keeps how long each read took (``read_s``) and the statistics the interval achieved; if reads
 take a good part of the interval, read the pinned map with the bpf syscall instead
 (BPF_OBJ_GET on the pin, then BPF_MAP_GET_NEXT_KEY and BPF_MAP_LOOKUP_ELEM, e.g. through
 ctypes), which spawns no process on the emulator's two cores.
@@ -27,67 +21,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
+# counter_delta and port_counters lived here before testbed.measure.counters; still importable.
+from testbed.measure.counters import counter_delta, counter_totals, port_counters  # noqa: F401
 from testbed.measure.stats import percentile
-from testbed.plan.ecn_plan import Port, queue_bytes_at, rate_bytes_per_s
+from testbed.plan.ecn_plan import queue_bytes_at, rate_bytes_per_s
+from testbed.plan.port_queue import Port
 from testbed.plan.settings import EcnSettings, queue_record
 
-# Counters that add up over time (a run's share is after minus before); the rest are peaks.
-ADDITIVE_FIELDS = ("marks", "ect_packets", "offered_packets", "not_ect_over", "ce_arrived",
-                   "virtual_fifo_drops", "fifo_drops", "sent_packets")
-MARKER_FIELDS = {  # port counter -> field of the marker's ecn_counters
-    "marks": "ce_marks", "ect_packets": "ect_packets", "offered_packets": "packets",
-    "not_ect_over": "not_ect_over", "ce_arrived": "ce_arrived",
-    "virtual_fifo_drops": "fifo_drops", "max_queue_bytes": "max_queue_bytes",
-}
 PERCENTILES = (50, 90, 99)
-
-
-# --- counters ---------------------------------------------------------------------------------
-
-
-def port_counters(ports: Sequence[Port], marker: Mapping[int, Mapping[str, int]] | None,
-                  buffers: Mapping[str, Mapping]) -> dict[str, dict]:
-    """Every port's counters: from the marker's map (keyed by ifindex; None on the RED path,
-    whose marks come from the qdisc and whose other marker fields are None) and from its
-    buffer qdisc's statistics (``ecn_plan.parse_buffer_stats``)."""
-    counters = {}
-    for port in ports:
-        qdisc = buffers.get(port.intf, {})
-        entry: dict = {"rate_mbit": port.rate_mbit, "fifo_drops": qdisc.get("drops", 0),
-                       "sent_packets": qdisc.get("packets", 0)}
-        if marker is None:
-            entry.update(dict.fromkeys(MARKER_FIELDS))
-            entry["marks"] = qdisc.get("marked", 0)
-        else:
-            values = marker.get(port.ifindex, {})
-            entry.update({name: values.get(source, 0) for name, source in MARKER_FIELDS.items()})
-        counters[port.intf] = entry
-    return counters
-
-
-def counter_delta(before: Mapping[str, Mapping], after: Mapping[str, Mapping]) -> dict[str, dict]:
-    """``after`` with its additive counters made relative to ``before`` (peaks stay as read)."""
-    delta = {}
-    for intf, values in after.items():
-        old = before.get(intf, {})
-        delta[intf] = {name: (value - old[name] if name in ADDITIVE_FIELDS and value is not None
-                              and old.get(name) is not None else value)
-                       for name, value in values.items()}
-    return delta
-
-
-def counter_totals(counters: Mapping[str, Mapping]) -> dict:
-    """Sums of the additive counters over all ports (None where no port has the field), the
-    highest peak queue, and how many ports marked at all."""
-    totals: dict = {}
-    for name in ADDITIVE_FIELDS:
-        values = [c.get(name) for c in counters.values() if c.get(name) is not None]
-        totals[name] = sum(values) if values else None
-    peaks = [c.get("max_queue_bytes") for c in counters.values()
-             if c.get("max_queue_bytes") is not None]
-    totals["max_queue_bytes"] = max(peaks) if peaks else None
-    totals["ports_marking"] = sum(1 for c in counters.values() if c.get("marks"))
-    return totals
 
 
 # --- queue depth ------------------------------------------------------------------------------

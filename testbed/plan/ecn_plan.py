@@ -1,24 +1,21 @@
-"""Plans that put ECN marking on a switch egress port: argument lists and map contents,
-computed here, run as root by the fabric layer.
+"""ECN marking's plans beside the queue: which path marks (``choose_ecn_path``), the RED
+qdisc's parameters, and the eBPF marker's object, maps and bpftool commands; computed here,
+run as root by the fabric layer. The queue itself, marker and RED included, is each port's
+plan (``testbed.plan.port_queue``).
 
 Two paths, chosen from the capabilities report (``testbed.capabilities``):
 
-- ``red-qdisc``, where the kernel has sch_red: a RED qdisc with ``ecn`` takes the place of
-  the port's bfifo under its HTB class; with traffic classes every class's queue gets its
-  own (``class_red_commands``), so each class marks on its own backlog. Linux RED marks on
+- ``red-qdisc``, where the kernel has sch_red: a RED qdisc with ``ecn`` is each buffer (with
+  traffic classes each class's queue), so each marks on its own backlog. Linux RED marks on
   an average queue, whose weight 2^-Wlog tc derives from ``burst``; the smallest burst tc
   accepts is used, so the average follows the queue closely, but it is not the
   instantaneous queue (see ``red_parameters``).
 - ``ebpf`` otherwise: ``bpf/ecn_marker.c`` as a clsact egress classifier keeps a virtual
   copy of the port's FIFO and marks on its instantaneous backlog (with traffic classes, the
-  port's backlog over all its classes). Give the real FIFO the
-  queue's byte limit (the copy assumes it), attach with tc, then write the port's config
-  entry (and zeroed state) into the pinned maps with bpftool:
+  port's backlog over all its classes). The real FIFO has the queue's byte limit (the copy
+  assumes it); after tc attaches the marker, bpftool writes the port's config entry (and
+  zeroed state) into the pinned maps::
 
-    tc qdisc replace dev IF parent 5:1 handle 10: bfifo limit <buffer_bytes>
-    tc qdisc replace dev IF clsact
-    tc filter replace dev IF egress prio 1 handle 1 bpf da obj build/bpf/ecn_marker.o \\
-        sec classifier
     bpftool map update pinned /sys/fs/bpf/tc/globals/ecn_config key hex <ifindex> \\
         value hex <MarkerConfig bytes>
 
@@ -26,11 +23,9 @@ Two paths, chosen from the capabilities report (``testbed.capabilities``):
   shares them, keyed by ifindex (root namespace only). Pins outlive the programs: remove
   ``pinned_map_paths()`` after the last port is detached, or a later run inherits them.
 
-``fabric_marking_plan`` gathers every port's commands into one ``tc -batch`` and (eBPF) one
-``bpftool batch``, run in that order after ``testbed.apply.network.shaping_commands``. The ports
-join their bridges with OVS's ``linux-noop`` QoS, so OVS leaves the root qdisc alone; OVS
-does delete a port's ingress qdisc when it configures policing, but by kind ("ingress"),
-which the kernel refuses for a clsact, so the marker's hook survives too.
+The ports join their bridges with OVS's ``linux-noop`` QoS, so OVS leaves the root qdisc
+alone; OVS does delete a port's ingress qdisc when it configures policing, but by kind
+("ingress"), which the kernel refuses for a clsact, so the marker's hook survives too.
 """
 from __future__ import annotations
 
@@ -61,10 +56,6 @@ from testbed.plan.profiles import (
 
 ECN_PATHS = (ECN_PATH_RED, ECN_PATH_EBPF)  # the values of testbed.capabilities.Paths.ecn_marking
 
-# Where testbed.apply.network.shaping_commands puts a port's buffer: HTB class 5:1, child 10:.
-HTB_CLASS = "5:1"
-BUFFER_HANDLE = "10:"
-
 BPF_SOURCE = Path(__file__).resolve().parents[1] / "apply" / "bpf" / "ecn_marker.c"
 
 
@@ -84,8 +75,6 @@ BPF_SECTION = "classifier"
 # asm/types.h under the multiarch directory, which clang -target bpf does not search.
 BPF_CFLAGS = ("-O2", "-g", "-Wall", "-target", "bpf",
               f"-I/usr/include/{os.uname().machine}-linux-gnu")
-FILTER_PRIO = "2"  # after the loss program (testbed.plan.loss_plan), which passes what it keeps
-FILTER_HANDLE = "1"
 # tc pins the maps of programs it loads under <bpffs>/tc/globals.
 PIN_DIR = PurePosixPath("/sys/fs/bpf/tc/globals")
 
@@ -183,20 +172,6 @@ def marker_config(rate_mbit: float, queue: QueueConfig) -> MarkerConfig:
 def compile_command(source: Path = BPF_SOURCE, output: Path = BPF_OBJECT) -> list[str]:
     """clang compiling the marker (as ``make bpf`` does)."""
     return ["clang", *BPF_CFLAGS, "-c", str(source), "-o", str(output)]
-
-
-def ebpf_attach_commands(intf: str, obj: Path = BPF_OBJECT) -> list[list[str]]:
-    """tc commands attaching the marker to ``intf``'s egress (idempotent)."""
-    return [
-        ["tc", "qdisc", "replace", "dev", intf, "clsact"],
-        ["tc", "filter", "replace", "dev", intf, "egress", "prio", FILTER_PRIO,
-         "handle", FILTER_HANDLE, "bpf", "da", "obj", str(obj), "sec", BPF_SECTION],
-    ]
-
-
-def ebpf_detach_commands(intf: str) -> list[list[str]]:
-    """tc commands removing what ``ebpf_attach_commands`` added."""
-    return [["tc", "qdisc", "del", "dev", intf, "clsact"]]
 
 
 def pinned_map_path(map_name: str) -> PurePosixPath:
@@ -314,60 +289,13 @@ def red_parameters(profile: EcnProfile, mtu_bytes: int) -> RedParameters:
     return RedParameters(qmin, qmax, probability, mtu_bytes, burst, wlog)
 
 
-def buffer_command(intf: str, buffer_bytes: int, parent: str = HTB_CLASS,
-                   handle: str = BUFFER_HANDLE) -> list[str]:
-    """The tc command setting ``intf``'s drop-tail buffer to ``buffer_bytes`` (a bfifo under
-    the HTB class, as ``testbed.apply.network.shaping_commands`` makes it)."""
-    return ["tc", "qdisc", "replace", "dev", intf, "parent", parent, "handle", handle, "bfifo",
-            "limit", str(buffer_bytes)]
-
-
-def red_commands(intf: str, rate_mbit: float, queue: QueueConfig, mtu_bytes: int,
-                 parent: str = HTB_CLASS, handle: str = BUFFER_HANDLE) -> list[list[str]]:
-    """The tc commands replacing ``intf``'s bfifo with a RED-ECN qdisc of the queue's byte
-    limit and the same handle (so its drops count as the buffer's); none for a queue without
-    ECN (the bfifo stays). ``nodrop`` keeps non-ECT packets over the thresholds queued, as
-    the eBPF path does: only the byte limit drops.
-
-    Delete, then add: a ``replace`` naming the bfifo's own handle with another kind is a
-    parameter change, which the kernel refuses ("Invalid qdisc name"). In one tc batch the
-    class is without a child for microseconds, at bring-up, before any traffic."""
-    if queue.ecn is None:
-        return []
-    check_rate("rate_mbit", rate_mbit)
-    red = red_parameters(queue.ecn, mtu_bytes)
-    return [["tc", "qdisc", "del", "dev", intf, "parent", parent, "handle", handle],
-            ["tc", "qdisc", "add", "dev", intf, "parent", parent, "handle", handle, "red",
-             "limit", str(queue.buffer_bytes), "min", str(red.min_bytes),
-             "max", str(red.max_bytes), "avpkt", str(red.avpkt_bytes), "burst", str(red.burst),
-             "probability", repr(red.probability), "bandwidth", f"{rate_mbit}mbit",
-             "ecn", "nodrop"]]
-
-
-def class_red_commands(intf: str, rate_mbit: float, queue: QueueConfig,
-                       mtu_bytes: int) -> list[list[str]]:
-    """RED-ECN on every traffic class's own queue (``testbed.plan.class_plan``): the bfifo
-    of a lossy class is replaced as ``red_commands`` replaces a port's; a lossless class's
-    tbf, which the pause agent pauses in place, keeps its place and gets the RED qdisc as its
-    inner queue (the tbf's class 1, whose default child is a bfifo). Each class then marks
-    on its own backlog, with the same parameters and the byte limit as its buffer."""
-    from testbed.plan import class_plan
-
-    commands: list[list[str]] = []
-    for tc in sorted(queue.classes, key=lambda c: c.priority):
-        if not tc.lossless:
-            commands += red_commands(intf, rate_mbit, queue, mtu_bytes,
-                                     parent=class_plan.class_id(tc.priority),
-                                     handle=class_plan.leaf_handle(tc.priority))
-            continue
-        add = red_commands(intf, rate_mbit, queue, mtu_bytes,
-                           parent=f"{class_plan.leaf_major(tc.priority):x}:1",
-                           handle=class_plan.inner_handle(tc.priority))[1]
-        commands.append(add)
-    return commands
-
-
 # --- choosing and planning --------------------------------------------------------------------
+
+
+def check_ecn_path(path: str | None, field: str = "ecn_path") -> None:
+    """A marking path is one of ECN_PATHS (None: not chosen yet)."""
+    if path is not None and path not in ECN_PATHS:
+        raise ConfigError(field, f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
 
 
 def choose_ecn_path(report: Platform, prefer: str | None = None,
@@ -376,8 +304,7 @@ def choose_ecn_path(report: Platform, prefer: str | None = None,
     (e.g. the eBPF path on a kernel with RED, to compare the two) when the machine can take
     it. Each path needs what ``testbed.capabilities.ECN_PATH_NEEDS`` lists, the eBPF path
     clang only while the object is not built."""
-    if prefer is not None and prefer not in ECN_PATHS:
-        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {prefer!r}")
+    check_ecn_path(prefer)
     path = prefer or report.paths.ecn_marking
     way = "RED qdisc" if path == ECN_PATH_RED else "eBPF"
     needed = [name for name in ECN_PATH_NEEDS[path] if not (object_built and name == "clang")]
@@ -387,108 +314,8 @@ def choose_ecn_path(report: Platform, prefer: str | None = None,
     return path
 
 
-def marking_commands(path: str, intf: str, ifindex: int, rate_mbit: float, queue: QueueConfig,
-                     mtu_bytes: int, obj: Path = BPF_OBJECT) -> list[list[str]]:
-    """Everything that gives port ``intf`` (``ifindex``) its marking on ``path``, in order,
-    to run after ``testbed.apply.network.shaping_commands``."""
-    if path == ECN_PATH_RED:
-        return red_commands(intf, rate_mbit, queue, mtu_bytes)
-    if path == ECN_PATH_EBPF:
-        return (ebpf_attach_commands(intf, obj)
-                + ebpf_config_commands(ifindex, marker_config(rate_mbit, queue)))
-    raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
-
-
-# --- a whole fabric ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Port:
-    """A shaped switch port to mark on: its interface (root namespace), ifindex and rate."""
-
-    intf: str
-    ifindex: int
-    rate_mbit: float
-
-
-@dataclass(frozen=True)
-class MarkingPlan:
-    """Everything that puts a queue on a fabric's ports: one ``tc -batch`` first (it creates
-    and pins the marker's maps on the eBPF path), then one ``bpftool batch`` that fills them."""
-
-    tc: list[list[str]]
-    bpftool: list[list[str]]
-
-    def tc_batch(self) -> str:
-        return batch_input(self.tc, "tc")
-
-    def bpftool_batch(self) -> str:
-        return batch_input(self.bpftool, "bpftool") if self.bpftool else ""
-
-
-def fabric_marking_plan(path: str, ports: Sequence[Port], queue: QueueConfig, mtu_bytes: int,
-                        obj: Path = BPF_OBJECT) -> MarkingPlan:
-    """The plan giving every port in ``ports`` (in their order) ``queue``: its byte buffer
-    and its marking on ``path``. On the eBPF path a queue without ECN still gets the marker,
-    in MODE_OFF, which counts and samples the queue; on the RED path it keeps a bfifo."""
-    if path not in ECN_PATHS:
-        raise ConfigError("ecn_path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
-    if not ports:
-        raise ConfigError("ecn", "needs shaped links: no switch port has a rate to queue at")
-    tc: list[list[str]] = []
-    bpftool: list[list[str]] = []
-    for port in ports:
-        if path == ECN_PATH_RED and queue.ecn is not None:
-            tc += (class_red_commands(port.intf, port.rate_mbit, queue, mtu_bytes)
-                   if queue.uses_classes else
-                   red_commands(port.intf, port.rate_mbit, queue, mtu_bytes))
-            continue
-        if not queue.uses_classes:  # class queues got their buffers with the shaping
-            tc.append(buffer_command(port.intf, queue.buffer_bytes))
-        if path == ECN_PATH_EBPF:
-            tc += ebpf_attach_commands(port.intf, obj)
-            bpftool += ebpf_config_commands(port.ifindex, marker_config(port.rate_mbit, queue))
-    return MarkingPlan(tc, bpftool)
-
-
 def counter_reset_commands(ifindexes: Iterable[int]) -> list[list[str]]:
     """bpftool commands zeroing the counters of ports ``ifindexes`` (the virtual queue runs
     on; a packet counted while this runs may be lost from the new totals)."""
     zero = pack_value(COUNTERS_LAYOUT, {})
     return [map_update_command("ecn_counters", ifindex, zero) for ifindex in ifindexes]
-
-
-def buffer_handles(queue: QueueConfig | None = None) -> tuple[frozenset, frozenset]:
-    """The qdiscs that make up a port's buffer (their packets, drops and backlog add up) and
-    those that may mark (RED's ``marked``): the one buffer ``10:``, or with traffic classes
-    every class's queue, and the RED inside a lossless class's tbf (whose backlog and drops
-    its tbf already counts)."""
-    if queue is None or not queue.uses_classes:
-        return frozenset({BUFFER_HANDLE}), frozenset({BUFFER_HANDLE})
-    from testbed.plan import class_plan
-
-    leaves = frozenset(class_plan.leaf_handles(queue))
-    inner = frozenset(class_plan.inner_handle(p) for p in queue.lossless_priorities)
-    return leaves, leaves | inner
-
-
-def parse_buffer_stats(tc_json: str, queue: QueueConfig | None = None) -> dict[str, dict]:
-    """``tc -s -j qdisc show`` output -> {interface: stats of its buffer (``buffer_handles``
-    of ``queue``; summed over the class queues)}: kind, packets sent, drops, backlog in
-    bytes, and for RED its ``marked`` count."""
-    counted, marking = buffer_handles(queue)
-    stats: dict[str, dict] = {}
-    for qdisc in json.loads(tc_json or "[]"):
-        handle = qdisc.get("handle")
-        if handle not in marking or "dev" not in qdisc:
-            continue
-        entry = stats.setdefault(qdisc["dev"], {"kind": None, "packets": 0, "drops": 0,
-                                                "backlog_bytes": 0})
-        if handle in counted:
-            entry["kind"] = qdisc.get("kind") if len(counted) == 1 else "classes"
-            entry["packets"] += qdisc.get("packets", 0)
-            entry["drops"] += qdisc.get("drops", 0)
-            entry["backlog_bytes"] += qdisc.get("backlog", 0)
-        if "marked" in qdisc:
-            entry["marked"] = entry.get("marked", 0) + qdisc["marked"]
-    return stats

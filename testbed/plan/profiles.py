@@ -191,7 +191,7 @@ class QueueConfig:
     ecn: EcnProfile | None = None
     classes: tuple[TrafficClass, ...] = DEFAULT_CLASSES
     pfc: PfcConfig | None = None
-    class_queues: bool = False  # one queue per class (testbed.plan.class_plan); PFC implies it
+    class_queues: bool = False  # one queue per class (testbed.plan.port_queue); PFC implies it
 
     def __post_init__(self):
         check_bytes("buffer_bytes", self.buffer_bytes)

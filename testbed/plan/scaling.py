@@ -216,7 +216,7 @@ def scaled_queue_config(scheme: str, rate_mbit: float, mtu_bytes: int, buffer_by
 
     "dctcp": step marking at K, no PFC. "dcqcn": RED-ECN and, unless ``pfc`` is False, PFC
     on the lossless class (RoCE's set-up). ``buffer_bytes`` is the port's buffer, e.g.
-    ``testbed.apply.network.default_buffer_bytes``.
+    ``testbed.plan.port_queue.default_buffer_bytes``.
     """
     if scheme not in SCHEMES:
         raise ConfigError("scheme", f"must be one of {', '.join(SCHEMES)}, got {scheme!r}")

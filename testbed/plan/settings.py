@@ -11,7 +11,7 @@ A run's config carries an ``ecn`` section and two host fields (scenario YAML or 
 
 ``ecn`` keys: ``profile`` (step or red) with its thresholds, or ``scheme`` (dctcp or dcqcn,
 ``testbed.plan.scaling``; ``rtt_s`` for dctcp's K > C*RTT/7); ``buffer_bytes`` (every marked
-port's byte buffer; default ``testbed.apply.network.default_buffer_bytes`` at the link rate);
+port's byte buffer; default ``testbed.plan.port_queue.default_buffer_bytes`` at the link rate);
 ``path`` (red-qdisc or ebpf, to take one the machine has instead of its default);
 ``sample_ms`` (queue-depth sampling interval, 0 for none). Thresholds are validated by the
 profiles themselves; errors name the field as ``ecn.<key>``.
@@ -32,7 +32,7 @@ from numbers import Real
 
 from testbed.capabilities import Platform, missing_capabilities
 from testbed.errors import ConfigError
-from testbed.plan.ecn_plan import ECN_PATHS
+from testbed.plan.ecn_plan import check_ecn_path
 from testbed.plan.profiles import QueueConfig, RedEcn, StepEcn
 from testbed.plan.scaling import SCHEMES, scaled_queue_config
 
@@ -138,8 +138,7 @@ def ecn_settings(section, rate_mbit: float, mtu_bytes: int,
         _check_keys(section)
         buffer_bytes = section.get("buffer_bytes", default_buffer_bytes)
         path = section.get("path")
-        if path is not None and path not in ECN_PATHS:
-            raise ConfigError("ecn.path", f"must be one of {', '.join(ECN_PATHS)}, got {path!r}")
+        check_ecn_path(path, "ecn.path")
         sample_ms = _sample_ms(section)
         if "profile" in section:
             queue, scaling = _profile_queue(section, buffer_bytes), None

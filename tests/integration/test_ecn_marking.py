@@ -17,12 +17,14 @@ import time
 from pathlib import Path
 
 from testbed.apply.marking import EcnMarking
-from testbed.apply.network import FabricNetwork, default_buffer_bytes
+from testbed.apply.network import FabricNetwork
 from testbed.capabilities import detect
-from testbed.measure.queues import counter_delta, queue_sampling
+from testbed.measure.counters import counter_delta
+from testbed.measure.queues import queue_sampling
 from testbed.measure.stats import percentile
 from testbed.model.topology import build
 from testbed.plan.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
+from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.settings import tcp_settings
 

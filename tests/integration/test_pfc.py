@@ -17,10 +17,11 @@ from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.utils import rdpcap
 
 from testbed.apply.network import FabricNetwork
+from testbed.measure.counters import read_host_qdiscs, read_qdiscs
 from testbed.model.topology import build
-from testbed.plan import class_plan
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.pfc_frames import PFC_ETHERTYPE
+from testbed.plan.port_queue import Handles
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.scaling import pfc_thresholds
 
@@ -51,16 +52,15 @@ def pfc_queue(fab) -> QueueConfig:
     return QueueConfig(buffer_bytes=BUFFER_BYTES, pfc=pfc)
 
 
-def leaf_drops(tc_json: str, priority: int) -> int:
-    handle = class_plan.leaf_handle(priority)
-    return sum(q.get("drops", 0) for q in json.loads(tc_json or "[]") if q.get("handle") == handle)
+def leaf_drops(qdiscs: list[dict], priority: int) -> int:
+    handle = Handles.leaf(priority)
+    return sum(q.get("drops", 0) for q in qdiscs if q.get("handle") == handle)
 
 
 def fabric_drops(net, priority: int) -> int:
-    total = leaf_drops(subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True,
-                                      text=True).stdout, priority)
+    total = leaf_drops(read_qdiscs(), priority)
     for name in net.hosts:
-        total += leaf_drops(net.host(name).cmd("tc", "-s", "-j", "qdisc", "show"), priority)
+        total += leaf_drops(read_host_qdiscs(net.host(name)), priority)
     return total
 
 

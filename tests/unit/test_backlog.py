@@ -11,7 +11,7 @@ import pytest
 
 from testbed import errors
 from testbed.measure.backlog import PortBacklog, backlog_divergence, handle_major
-from testbed.plan.ecn_plan import BUFFER_HANDLE
+from testbed.measure.backlog import BUFFER_HANDLE
 
 MTU = 1500
 

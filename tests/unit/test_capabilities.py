@@ -14,11 +14,13 @@ from testbed.capabilities import (
     Platform,
     choose_paths,
     detect,
+    capability_rows,
     format_report,
     module_name_from_filename,
     parse_congestion_available,
     parse_kernel_config,
     parse_proc_modules,
+    path_rows,
     probe_capabilities,
 )
 
@@ -293,6 +295,19 @@ def test_format_report_aligns_columns():
     assert "sch_htb             yes    CONFIG_NET_SCH_HTB=y (built in)" in report
     assert "ovs_datapath    userspace" in report
     assert "tcp_congestion  cubic+ecn" in report
+
+
+def test_report_rows_say_what_is_built():
+    caps = dev_vm_caps()
+    platform = Platform("6.1.0-test", caps, choose_paths(caps))
+    assert capability_rows(platform)[0] == ("ovs_kernel_module", "no",
+                                            "CONFIG_OPENVSWITCH not set")
+    assert [name for name, _, _ in capability_rows(platform)] == ALL_CAPABILITY_NAMES
+    assert path_rows(platform) == [
+        ("ovs_datapath", "userspace"), ("ecn_marking", "ebpf"),
+        ("tcp_congestion", "cubic+ecn"),
+        ("rdma", "userspace-roce  (chosen path; feature not built yet)"),
+        ("delay_loss", "none"), ("pfc", "tbf-pause-agent")]
 
 
 def test_detect_smoke_on_this_machine():

@@ -613,7 +613,7 @@ class FakeMarking:
     path = "ebpf"
 
     def __init__(self, model_bytes: int):
-        from testbed.plan.ecn_plan import Port
+        from testbed.plan.port_queue import Port
 
         self.ports = [Port("l0-eth1", 5, RATE_MBIT), Port("l0-eth3", 7, RATE_MBIT)]
         self.model_bytes = model_bytes

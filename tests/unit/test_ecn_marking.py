@@ -1,7 +1,8 @@
 """ECN marking wired into a run, without root: the ``ecn`` / ``tcp_ecn`` / ``tcp_cc`` config
 from YAML, the hosts' sysctls, the plan of commands for a whole fabric and the order the
-apply layer runs them in (with the commands faked), the ledger's record of pinned maps,
-and the summary a run writes. Nothing here touches /sys/fs/bpf, tc or a namespace."""
+apply layer runs them in (with the commands faked: one tc batch, then one bpftool batch),
+the path decided once, the ledger's record of pinned maps, and the summary a run writes.
+Nothing here touches /sys/fs/bpf, tc or a namespace."""
 from __future__ import annotations
 
 import json
@@ -13,9 +14,11 @@ from pathlib import Path
 import pytest
 
 import testbed.apply.marking as apply
+import testbed.apply.network as network
 import testbed.apply.state as state
+import testbed.capabilities
 import testbed.errors as errors
-from testbed.apply.network import default_buffer_bytes, host_script
+from testbed.apply.network import FabricNetwork, host_script
 from testbed.apply.state import Ledger, clean
 from testbed.capabilities import (
     IMPLEMENTED_FEATURES,
@@ -27,28 +30,24 @@ from testbed.capabilities import (
 from testbed.errors import ConfigError
 from testbed.harness.plots import plot_queue_depth
 from testbed.harness.scenario import load
-from testbed.measure.queues import (
-    QueueSeries,
+from testbed.measure.counters import (
+    buffer_stats,
     counter_delta,
     counter_totals,
+    parse_qdiscs,
+    port_counters,
+)
+from testbed.measure.queues import (
+    QueueSeries,
     depth_stats,
     depths_from_qdepth,
     ecn_report,
     percentile,
-    port_counters,
     queue_sampling,
 )
 from testbed.model.topology import build
-from testbed.plan.ecn_plan import (
-    BPF_SOURCE,
-    CONFIG_LAYOUT,
-    MODE_OFF,
-    MODE_STEP,
-    Port,
-    fabric_marking_plan,
-    parse_buffer_stats,
-    unpack_value,
-)
+from testbed.plan.ecn_plan import BPF_SOURCE, CONFIG_LAYOUT, MODE_OFF, MODE_STEP, unpack_value
+from testbed.plan.port_queue import Port, default_buffer_bytes, switch_queue_plan
 from testbed.plan.profiles import QueueConfig, RedEcn, StepEcn
 from testbed.plan.settings import (
     EcnSettings,
@@ -249,38 +248,43 @@ def test_sysctls_that_are_not_plain_words_are_refused(setting):
 # --- the plan for a fabric --------------------------------------------------------------------
 
 IFINDEX_BASE = 40
+OBJ = Path("/opt/tb/ecn_marker.o")
 
 
-def ports_of(fabric) -> list[Port]:
+def ifindex_of(fabric):
     names = [intf for _, _, intf, _ in fabric.switch_ends()]
-    return apply.shaped_ports(fabric, lambda intf: IFINDEX_BASE + names.index(intf))
+    return lambda intf: IFINDEX_BASE + names.index(intf)
+
+
+def fabric_plan(path: str, queue: QueueConfig, fabric=None):
+    fabric = fabric or three_hosts_one_leaf()
+    return switch_queue_plan(fabric, queue, path, ifindex=ifindex_of(fabric), obj=OBJ)
 
 
 def test_every_shaped_switch_port_is_planned_in_fabric_order():
-    fabric = three_hosts_one_leaf()
-    ports = ports_of(fabric)
-    assert [p.intf for p in ports] == ["l0-eth1", "l0-eth2", "l0-eth3", "l0-eth4", "s0-eth1"]
-    assert [p.ifindex for p in ports] == [40, 41, 42, 43, 44]
-    assert apply.shaped_ports(build("line", switches=2), lambda intf: 1) == []  # unshaped
+    plan = fabric_plan("ebpf", QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)))
+    assert [p.intf for p in plan.ports] == ["l0-eth1", "l0-eth2", "l0-eth3", "l0-eth4",
+                                            "s0-eth1"]
+    assert [p.ifindex for p in plan.ports] == [40, 41, 42, 43, 44]
 
 
-def test_ebpf_plan_sizes_the_buffer_then_attaches_then_configures_every_port():
-    fabric = three_hosts_one_leaf()
-    ports = ports_of(fabric)
+def test_ebpf_plan_queues_each_port_once_with_the_marker_beside_its_buffer():
     queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
-    obj = Path("/opt/tb/ecn_marker.o")
-    plan = fabric_marking_plan("ebpf", ports, queue, MTU, obj)
+    plan = fabric_plan("ebpf", queue)
     lines = plan.tc_batch().splitlines()
-    assert len(lines) == 3 * len(ports)
-    for i, port in enumerate(ports):
-        assert lines[3 * i:3 * i + 3] == [
+    assert len(lines) == 5 * len(plan.ports)
+    for i, port in enumerate(plan.ports):
+        assert lines[5 * i:5 * i + 5] == [
+            f"qdisc replace dev {port.intf} root handle 5: htb default 1",
+            f"class replace dev {port.intf} parent 5: classid 5:1 htb rate {RATE_MBIT}mbit "
+            f"burst {2 * MTU} cburst {2 * MTU} quantum {MTU + 64}",
             f"qdisc replace dev {port.intf} parent 5:1 handle 10: bfifo limit {BUFFER_BYTES}",
             f"qdisc replace dev {port.intf} clsact",
-            f"filter replace dev {port.intf} egress prio 2 handle 1 bpf da obj {obj} "
+            f"filter replace dev {port.intf} egress prio 2 handle 1 bpf da obj {OBJ} "
             "sec classifier"]
     # per port: zeroed state, counters and sample, then the config that switches it on
-    assert len(plan.bpftool) == 4 * len(ports)
-    for i, port in enumerate(ports):
+    assert len(plan.bpftool) == 4 * len(plan.ports)
+    for i, port in enumerate(plan.ports):
         group = plan.bpftool[4 * i:4 * i + 4]
         assert [argv[4].rsplit("/", 1)[1] for argv in group] == [
             "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_config"]
@@ -294,22 +298,21 @@ def test_ebpf_plan_sizes_the_buffer_then_attaches_then_configures_every_port():
     assert plan.bpftool_batch().splitlines()[0].startswith("map update pinned /sys/fs/bpf/")
 
 
-def test_red_plan_puts_red_in_each_buffers_place():
-    ports = ports_of(three_hosts_one_leaf())
-    plan = fabric_marking_plan("red-qdisc", ports, QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)),
-                               MTU)
+def test_red_plan_makes_each_buffer_red_and_nothing_else():
+    plan = fabric_plan("red-qdisc", QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)))
     assert plan.bpftool == [] and plan.bpftool_batch() == ""
-    assert [(argv[2], argv[4]) for argv in plan.tc] == [
-        (verb, p.intf) for p in ports for verb in ("del", "add")]
-    assert all(argv[9] == "red" for argv in plan.tc if argv[2] == "add")
+    buffers = [line for line in plan.tc if " handle 10: " in line]
+    assert [line.split()[3] for line in buffers] == [p.intf for p in plan.ports]
+    assert all(line.split()[8] == "red" and line.endswith("ecn nodrop") for line in buffers)
+    assert not any(line.startswith(("qdisc del", "qdisc add")) for line in plan.tc)
 
 
 def test_a_queue_without_ecn_still_sizes_the_buffer_and_the_marker_only_counts():
-    ports = ports_of(three_hosts_one_leaf())
-    queue = QueueConfig(BUFFER_BYTES)
-    red = fabric_marking_plan("red-qdisc", ports, queue, MTU)
-    assert [argv[9:] for argv in red.tc] == [["bfifo", "limit", str(BUFFER_BYTES)]] * len(ports)
-    ebpf = fabric_marking_plan("ebpf", ports, queue, MTU)
+    queue = QueueConfig(90_000)
+    red = fabric_plan("red-qdisc", queue)
+    assert [line.split()[8:] for line in red.tc if " handle 10: " in line] == \
+        [["bfifo", "limit", "90000"]] * len(red.ports)
+    ebpf = fabric_plan("ebpf", queue)
     config_argv = ebpf.bpftool[3]
     start = config_argv.index("value") + 2
     assert unpack_value(CONFIG_LAYOUT, bytes(int(b, 16) for b in config_argv[start:]))[
@@ -319,17 +322,17 @@ def test_a_queue_without_ecn_still_sizes_the_buffer_and_the_marker_only_counts()
 def test_a_fabric_without_shaped_ports_or_an_unknown_path_is_refused():
     queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
     with pytest.raises(ConfigError) as err:
-        fabric_marking_plan("ebpf", [], queue, MTU)
-    assert err.value.field == "ecn"
+        fabric_plan("ebpf", queue, build("line", switches=2))
+    assert err.value.field == "queue"
     with pytest.raises(ConfigError):
-        fabric_marking_plan("pie", ports_of(three_hosts_one_leaf()), queue, MTU)
+        fabric_plan("pie", queue)
 
 
 # --- the apply layer, with its commands faked -------------------------------------------------
 
 
 class FakeCommands:
-    """Stands in for apply._run: records every command and its input, and answers reads."""
+    """Stands in for run_tool: records every command and its input, and answers reads."""
 
     def __init__(self, ledger_path: Path):
         self.ledger_path = ledger_path
@@ -360,40 +363,67 @@ def pins(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def marking(tmp_path, monkeypatch, state_dir, pins):
+def fake(monkeypatch, state_dir, pins) -> FakeCommands:
+    """Every tool the apply layer runs faked; the marker already built; interfaces numbered
+    from IFINDEX_BASE in fabric order; this machine any detection would find refused."""
     fabric = three_hosts_one_leaf()
-    names = [intf for _, _, intf, _ in fabric.switch_ends()]
-    monkeypatch.setattr(apply, "detect", lambda: platform())
-    monkeypatch.setattr(apply, "read_ifindex", lambda intf: IFINDEX_BASE + names.index(intf))
-    monkeypatch.setattr(apply, "shaped_ports",
-                        lambda f: [Port(i, IFINDEX_BASE + names.index(i), RATE_MBIT)
-                                   for _, _, i, link in f.switch_ends() if link.rate_mbit])
+    monkeypatch.setattr(network, "read_ifindex", ifindex_of(fabric))
     monkeypatch.setattr(apply, "build_object", lambda obj: False)
-    fake = FakeCommands(state.LEDGER_PATH)
-    monkeypatch.setattr(apply, "_run", fake)
+
+    def no_detection():
+        raise AssertionError("the path is decided once, by the caller")
+
+    monkeypatch.setattr(testbed.capabilities, "detect", no_detection)
+    commands = FakeCommands(state.LEDGER_PATH)
+    monkeypatch.setattr(apply, "run_tool", commands)
+    monkeypatch.setattr(network, "run_tool", commands)
+    return commands
+
+
+def saved_ledger() -> Ledger:
     ledger = Ledger("run-1", os.getpid())
     ledger.save()
+    return ledger
+
+
+@pytest.fixture
+def marking(fake):
+    fabric = three_hosts_one_leaf()
+    mark = apply.EcnMarking(fabric, QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)), saved_ledger(),
+                            "ebpf", log=lambda m: None)
+    return mark, fake
+
+
+def test_the_fabric_records_the_pins_then_runs_one_tc_batch_then_one_bpftool_batch(fake, pins,
+                                                                                   tmp_path):
+    fabric = three_hosts_one_leaf()
     queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))
-    return apply.EcnMarking(fabric, queue, ledger, log=lambda m: None), fake
-
-
-def test_apply_records_the_pins_then_runs_one_tc_batch_then_one_bpftool_batch(marking, pins):
-    mark, fake = marking
+    net = FabricNetwork(fabric, tmp_path, saved_ledger(), queue=queue, ecn_path="ebpf",
+                        log=lambda m: None)
     (pins / "ecn_config").write_text("left by an unrecorded run")
-    mark.apply()
-    assert mark.path == "ebpf"
-    assert [argv for argv, _ in fake.calls] == [["tc", "-batch", "-"],
-                                                ["bpftool", "batch", "file", "-"]]
-    plan = fabric_marking_plan("ebpf", mark.ports, mark.queue, MTU, mark.obj)
-    assert [stdin for _, stdin in fake.calls] == [plan.tc_batch(), plan.bpftool_batch()]
+    net._queue_switch_ports()
+    plan = switch_queue_plan(fabric, queue, "ebpf", ifindex=ifindex_of(fabric),
+                             obj=net.marking.obj)
+    assert fake.calls == [(["tc", "-batch", "-"], plan.tc_batch()),
+                          (["bpftool", "batch", "file", "-"], plan.bpftool_batch())]
+    assert net.marking.ports == plan.ports and net.marking.path == "ebpf"
     # on record (on disk) before tc created them; the stale pin was removed first
     assert fake.pins_on_record_at_tc == [str(p) for p in apply.pinned_map_paths()]
     assert not (pins / "ecn_config").exists()
 
 
+def test_without_a_queue_the_fabric_shapes_in_one_batch_and_marks_nothing(fake, tmp_path):
+    fabric = three_hosts_one_leaf()
+    net = FabricNetwork(fabric, tmp_path, saved_ledger(), ecn_path="ebpf", log=lambda m: None)
+    assert net.marking is None and net.ecn_path is None
+    net._queue_switch_ports()
+    assert fake.calls == [(["tc", "-batch", "-"], switch_queue_plan(fabric).tc_batch())]
+    assert fake.pins_on_record_at_tc == []
+
+
 def test_remove_unlinks_the_pins_and_clean_does_after_a_killed_run(marking, pins, tmp_path):
     mark, _ = marking
-    mark.apply()
+    mark.prepare([])
     for path in apply.pinned_map_paths():
         path.write_text("pinned map")  # as tc would have left them
     mark.remove()
@@ -428,16 +458,35 @@ def test_remove_before_apply_touches_nothing(marking, pins):
     assert (pins / "ecn_state").exists() and fake.calls == []
 
 
-def test_a_path_the_machine_cannot_take_is_refused_before_anything_runs(marking, monkeypatch):
-    monkeypatch.setattr(apply, "detect", lambda: platform(bpftool=False))
+def test_the_red_path_claims_no_pins(fake, pins):
+    mark = apply.EcnMarking(three_hosts_one_leaf(), QueueConfig(BUFFER_BYTES), saved_ledger(),
+                            "red-qdisc", log=lambda m: None)
+    mark.prepare([Port("l0-eth3", 42, RATE_MBIT)])
+    assert Ledger.load().pinned == [] and fake.calls == []
+
+
+def test_a_path_the_machine_cannot_take_is_refused_before_anything_runs(monkeypatch, tmp_path,
+                                                                         state_dir):
+    monkeypatch.setattr(testbed.capabilities, "detect", lambda: platform(bpftool=False))
+    monkeypatch.setattr(apply, "object_is_current", lambda: False)
     with pytest.raises(errors.TestbedError) as err:
-        apply.EcnMarking(three_hosts_one_leaf(), QueueConfig(BUFFER_BYTES), Ledger("r", 1))
+        apply.machine_ecn_path()
     assert "bpftool not on PATH" in str(err.value)
+    with pytest.raises(errors.TestbedError):  # a fabric left to decide decides before it builds
+        FabricNetwork(three_hosts_one_leaf(), tmp_path, Ledger("r", 1),
+                      queue=QueueConfig(BUFFER_BYTES))
+    monkeypatch.setattr(testbed.capabilities, "detect", lambda: platform(STOCK_KERNEL))
+    assert apply.machine_ecn_path() == "red-qdisc"
+    assert apply.machine_ecn_path(prefer="ebpf") == "ebpf"
+    for undecided in ("pie", None):  # the marking itself never decides
+        with pytest.raises(ConfigError):
+            apply.EcnMarking(three_hosts_one_leaf(), QueueConfig(BUFFER_BYTES), Ledger("r", 1),
+                             undecided)
 
 
-def test_counters_and_depths_are_read_per_port(marking):
+def test_counters_and_depths_are_read_per_port(marking, monkeypatch):
     mark, fake = marking
-    mark.apply()
+    mark.prepare(fabric_plan("ebpf", mark.queue).ports)
     l0_eth3 = next(p for p in mark.ports if p.intf == "l0-eth3")
     counters = {"packets": 900, "bytes": 10**6, "ect_packets": 800, "ce_marks": 120,
                 "ce_arrived": 0, "not_ect_over": 3, "fifo_drops": 2, "max_queue_bytes": 33_000}
@@ -445,9 +494,10 @@ def test_counters_and_depths_are_read_per_port(marking):
     key = [f"0x{b:02x}" for b in l0_eth3.ifindex.to_bytes(4, "little")]
     fake.answers = {  # keyed by an argument of the command that reads them
         "/sys/fs/bpf/tc/globals/ecn_counters": json.dumps([{"key": key, "value": value}]),
-        "qdisc": json.dumps([{"kind": "bfifo", "handle": "10:", "dev": "l0-eth3",
-                              "packets": 880, "drops": 4, "backlog": 1500}]),
     }
+    monkeypatch.setattr(apply, "read_qdiscs", lambda: [
+        {"kind": "bfifo", "handle": "10:", "dev": "l0-eth3", "packets": 880, "drops": 4,
+         "backlog": 1500}])
     read = mark.counters()["l0-eth3"]
     assert (read["marks"], read["ect_packets"], read["max_queue_bytes"]) == (120, 800, 33_000)
     assert (read["virtual_fifo_drops"], read["fifo_drops"], read["sent_packets"]) == (2, 4, 880)
@@ -462,12 +512,12 @@ def ports3() -> list[Port]:
 
 
 def test_port_counters_from_the_marker_or_from_red():
-    buffers = parse_buffer_stats(json.dumps([
+    buffers = buffer_stats(parse_qdiscs(json.dumps([
         {"kind": "htb", "handle": "5:", "dev": "l0-eth3", "drops": 9},
         {"kind": "red", "handle": "10:", "dev": "l0-eth3", "packets": 500, "drops": 1,
          "backlog": 3000, "marked": 77},
         {"kind": "bfifo", "handle": "10:", "parent": "5:1"},  # a host's, without dev
-    ]))
+    ])))
     assert buffers == {"l0-eth3": {"kind": "red", "packets": 500, "drops": 1,
                                    "backlog_bytes": 3000, "marked": 77}}
     red = port_counters(ports3(), None, buffers)
@@ -611,56 +661,3 @@ def test_the_marker_is_built_once_and_again_when_its_source_changes(tmp_path):
     later = obj.stat().st_mtime + 10
     os.utime(source, (later, later))
     assert apply.build_object(obj, source) is True
-
-
-# --- RED per traffic class ---------------------------------------------------------------------
-
-
-def test_red_path_with_classes_gives_every_class_queue_its_own_red():
-    from testbed.plan import class_plan
-    from testbed.plan.profiles import PfcConfig
-
-    queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES),
-                        pfc=PfcConfig(xoff_bytes=BUFFER_BYTES // 2, xon_bytes=BUFFER_BYTES // 4,
-                                      headroom_bytes=BUFFER_BYTES // 2))
-    plan = fabric_marking_plan("red-qdisc", ports3(), queue, MTU)
-    assert plan.bpftool == []
-    for port in ports3():
-        mine = [argv for argv in plan.tc if argv[4] == port.intf]
-        adds = [argv for argv in mine if argv[2] == "add"]
-        assert all(argv[9] == "red" and "ecn" in argv for argv in adds)
-        where = {(argv[6], argv[8]) for argv in adds}
-        lossy = [tc for tc in queue.classes if not tc.lossless]
-        lossless = [tc for tc in queue.classes if tc.lossless]
-        assert where == ({(class_plan.class_id(tc.priority), class_plan.leaf_handle(tc.priority))
-                          for tc in lossy}
-                         | {(f"{class_plan.leaf_major(tc.priority):x}:1",
-                             class_plan.inner_handle(tc.priority)) for tc in lossless})
-        # a lossy class's bfifo is deleted first; a lossless class's tbf stays (it is paused)
-        deleted = {argv[8] for argv in mine if argv[2] == "del"}
-        assert deleted == {class_plan.leaf_handle(tc.priority) for tc in lossy}
-        assert not set(class_plan.lossless_leaf_handles(queue)) & deleted
-
-
-def test_buffer_stats_add_up_the_class_queues_and_their_marks():
-    from testbed.plan import class_plan
-    from testbed.plan.profiles import PfcConfig
-
-    queue = QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES),
-                        pfc=PfcConfig(xoff_bytes=BUFFER_BYTES // 2, xon_bytes=BUFFER_BYTES // 4,
-                                      headroom_bytes=BUFFER_BYTES // 2))
-    lossless = queue.lossless_priorities[0]
-    tc_json = json.dumps([
-        {"kind": "htb", "handle": "5:", "dev": "l0-eth3", "drops": 9, "packets": 900},
-        {"kind": "red", "handle": class_plan.leaf_handle(0), "dev": "l0-eth3", "packets": 500,
-         "drops": 1, "backlog": 3000, "marked": 7},
-        {"kind": "tbf", "handle": class_plan.leaf_handle(lossless), "dev": "l0-eth3",
-         "packets": 300, "drops": 0, "backlog": 1500},
-        {"kind": "red", "handle": class_plan.inner_handle(lossless), "dev": "l0-eth3",
-         "packets": 300, "drops": 0, "backlog": 1500, "marked": 5},
-    ])
-    stats = parse_buffer_stats(tc_json, queue)
-    assert stats == {"l0-eth3": {"kind": "classes", "packets": 800, "drops": 1,
-                                 "backlog_bytes": 4500, "marked": 12}}
-    # without classes only the single buffer counts
-    assert parse_buffer_stats(tc_json) == {}

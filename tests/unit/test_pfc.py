@@ -1,4 +1,4 @@
-"""PFC without root: the per-class queues' tc commands, the fast pause-frame decoder against
+"""PFC without root: the per-class queues' tc commands (testbed.plan.port_queue), the fast pause-frame decoder against
 scapy's, the ports' state machines, the pause agent's plan, the headroom's fan-in, the
 agent's netlink messages and parsers, the run summary's arithmetic, the kick frame, and
 which ports feed which queue (and the acyclic pause dependencies that gives up/down routing).
@@ -17,27 +17,18 @@ from scapy.contrib.mac_control import MACControlPause
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from testbed.apply.network import (
-    BUFFER_HANDLE,
-    host_script,
-    qdisc_drops,
-    shaping_commands,
-    switch_tc_batch,
-)
-from testbed.apply.pfc_agent import (
-    QdiscBacklogs,
-    _quantiles,
-    rate_bytes_per_s,
-    tbf_change_message,
-)
-from testbed.apply.pfc_runtime import lossless_queue_drops, pfc_totals
+from testbed.apply.netlink import QdiscBacklogs, rate_bytes_per_s, tbf_change_message
+from testbed.apply.network import host_script
+from testbed.apply.pfc_agent import _quantiles
+from testbed.apply.pfc_runtime import pfc_totals
 from testbed.controllers.routing.dragonfly import DRAGONFLY_MODES
 from testbed.controllers.routing.ecmp import MODES as ROUTING_MODES
 from testbed.errors import ConfigError
 from testbed.model import topology
 from testbed.model.topology.base import AGGREGATION, CORE, EDGE, Fabric, intf_name
 from testbed.model.topology.fattree import fat_tree
-from testbed.plan import class_plan, scaling
+from testbed.measure.counters import lossless_drops, parse_qdiscs, queue_drops
+from testbed.plan import scaling
 from testbed.plan.pfc import (
     PAUSE,
     RESUME,
@@ -65,6 +56,14 @@ from testbed.plan.pfc_frames import (
     refresh_interval_s,
     xoff_frame,
     xon_frame,
+)
+from testbed.plan.port_queue import (
+    PAUSED_RATE,
+    Handles,
+    paused_tbf,
+    port_plan,
+    running_tbf,
+    switch_queue_plan,
 )
 from testbed.plan.profiles import (
     DEFAULT_CLASSES,
@@ -106,6 +105,11 @@ def small_spine_leaf() -> Fabric:
                           host_rate_mbit=RATE_MBIT, mtu_bytes=MTU)
 
 
+def class_lines(queue: QueueConfig) -> list[str]:
+    """A port's class queues and filters: its plan after the HTB root and the link class."""
+    return port_plan(INTF, RATE_MBIT, MTU, queue).tc[2:]
+
+
 def lines_starting(lines: list[str], prefix: str) -> list[str]:
     return [line for line in lines if line.startswith(prefix)]
 
@@ -115,39 +119,38 @@ def word_after(line: str, word: str) -> str:
     return words[words.index(word) + 1]
 
 
-# --- class_plan: handles ------------------------------------------------------------------
+# --- handles ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("priority", range(PFC_CLASSES))
 def test_class_ids_handles_and_numbers_agree(priority):
-    major, minor = class_plan.class_id(priority).split(":")
-    assert int(major, 16) == class_plan.HTB_MAJOR
-    assert class_plan.class_id_number(priority) == (int(major, 16) << 16) | int(minor, 16)
-    assert int(minor, 16) == class_plan.class_minor(priority)
-    leaf_major, rest = class_plan.leaf_handle(priority).split(":")
-    assert rest == "" and int(leaf_major, 16) == class_plan.leaf_major(priority)
+    major, minor = Handles.class_id(priority).split(":")
+    assert int(major, 16) == Handles.HTB_MAJOR
+    assert Handles.class_id_number(priority) == (int(major, 16) << 16) | int(minor, 16)
+    assert int(minor, 16) == Handles.class_minor(priority)
+    leaf_major, rest = Handles.leaf(priority).split(":")
+    assert rest == "" and int(leaf_major, 16) == Handles.leaf_major(priority)
 
 
 def test_handles_are_distinct_and_clear_of_the_port_buffer_and_link_class():
-    classes = [class_plan.class_id(p) for p in range(PFC_CLASSES)]
-    leaves = [class_plan.leaf_handle(p) for p in range(PFC_CLASSES)]
+    classes = [Handles.class_id(p) for p in range(PFC_CLASSES)]
+    leaves = [Handles.leaf(p) for p in range(PFC_CLASSES)]
     assert len(set(classes)) == len(set(leaves)) == PFC_CLASSES
-    assert class_plan.LINK_CLASS not in classes
-    assert not {BUFFER_HANDLE, class_plan.HTB_ROOT} & set(leaves)
-    assert class_plan.default_class_minor() == class_plan.class_minor(DEFAULT_PRIORITY)
+    assert Handles.LINK_CLASS not in classes
+    assert not {Handles.BUFFER, Handles.HTB, Handles.IMPAIRMENT} & set(leaves)
 
 
 def test_leaf_handles_of_the_default_classes():
     queue = pfc_queue()
-    assert class_plan.leaf_handles(queue) == ["20:", "23:", "26:"]
-    assert class_plan.lossless_leaf_handles(queue) == ["23:"]
+    assert Handles.buffers(queue) == {"20:", "23:", "26:"}
+    assert Handles.lossless(queue) == {"23:"}
 
 
 def test_running_and_paused_tbf():
-    running = class_plan.running_tbf(RATE_MBIT, MTU, BUFFER_BYTES)
-    paused = class_plan.paused_tbf(MTU, BUFFER_BYTES)
+    running = running_tbf(RATE_MBIT, MTU, BUFFER_BYTES)
+    paused = paused_tbf(MTU, BUFFER_BYTES)
     assert running == {"rate": "20000kbit", "burst": MTU + 64, "limit": BUFFER_BYTES}
-    assert paused == {"rate": class_plan.PAUSED_RATE, "burst": MTU + 64, "limit": BUFFER_BYTES}
+    assert paused == {"rate": PAUSED_RATE, "burst": MTU + 64, "limit": BUFFER_BYTES}
     assert paused["burst"] >= MTU  # a bucket smaller than a frame would drop it
     # pausing changes the rate only: the queue and what it holds stay as they are
     assert {k: v for k, v in running.items() if k != "rate"} == \
@@ -155,41 +158,41 @@ def test_running_and_paused_tbf():
     assert rate_bytes_per_s(paused["rate"]) * 1000 < rate_bytes_per_s(running["rate"])
 
 
-# --- class_plan: commands -----------------------------------------------------------------
+# --- class queues: commands -----------------------------------------------------------------
 
 
 def test_one_class_and_leaf_per_traffic_class():
     queue = pfc_queue()
-    lines = class_plan.class_commands(INTF, RATE_MBIT, MTU, queue)
+    lines = class_lines(queue)
     classes = lines_starting(lines, "class replace")
     leaves = lines_starting(lines, "qdisc replace")
     assert len(classes) == len(leaves) == len(DEFAULT_CLASSES)
     assert len(lines) == len(classes) + len(leaves) + len(lines_starting(lines, "filter add"))
     for tc in DEFAULT_CLASSES:
-        cid = class_plan.class_id(tc.priority)
+        cid = Handles.class_id(tc.priority)
         [cls] = [c for c in classes if word_after(c, "classid") == cid]
         assert word_after(cls, "dev") == INTF
-        assert word_after(cls, "parent") == class_plan.LINK_CLASS
+        assert word_after(cls, "parent") == Handles.LINK_CLASS
         assert word_after(cls, "ceil") == f"{RATE_MBIT}mbit"  # may borrow the whole link
         [leaf] = [q for q in leaves if word_after(q, "parent") == cid]
-        assert word_after(leaf, "handle") == class_plan.leaf_handle(tc.priority)
+        assert word_after(leaf, "handle") == Handles.leaf(tc.priority)
         assert word_after(leaf, "limit") == str(BUFFER_BYTES)
         if tc.lossless:
-            tbf = class_plan.running_tbf(RATE_MBIT, MTU, BUFFER_BYTES)
+            tbf = running_tbf(RATE_MBIT, MTU, BUFFER_BYTES)
             assert leaf.endswith(f"tbf rate {tbf['rate']} burst {tbf['burst']} "
                                  f"limit {tbf['limit']}")
         else:
             assert leaf.endswith(f"bfifo limit {BUFFER_BYTES}")
     # each class's leaf comes after its class, which must exist first
     for tc in DEFAULT_CLASSES:
-        cid = class_plan.class_id(tc.priority)
+        cid = Handles.class_id(tc.priority)
         class_at = next(i for i, c in enumerate(lines) if c.startswith("class") and cid in c)
         leaf_at = next(i for i, c in enumerate(lines) if c.startswith("qdisc") and cid in c)
         assert class_at < leaf_at
 
 
 def test_classes_share_the_link_equally():
-    lines = class_plan.class_commands(INTF, RATE_MBIT, MTU, pfc_queue())
+    lines = class_lines(pfc_queue())
     rates = [float(word_after(c, "rate").removesuffix("mbit"))
              for c in lines_starting(lines, "class replace")]
     assert rates == pytest.approx([RATE_MBIT / len(DEFAULT_CLASSES)] * len(DEFAULT_CLASSES),
@@ -203,20 +206,20 @@ def test_a_filter_per_non_default_dscp_with_its_dsfield_and_flowid():
                TrafficClass(6, "cnp", (48,)),
                TrafficClass(7, "storage", (63,), lossless=True))
     queue = QueueConfig(buffer_bytes=BUFFER_BYTES, classes=classes, class_queues=True)
-    lines = class_plan.class_commands(INTF, RATE_MBIT, MTU, queue)
+    lines = class_lines(queue)
     filters = lines_starting(lines, "filter add")
     expected = {d for tc in classes if tc.priority != DEFAULT_PRIORITY for d in tc.dscp}
     assert len(filters) == len(expected)
     seen = set()
     for line in filters:
-        assert word_after(line, "parent") == class_plan.HTB_ROOT
+        assert word_after(line, "parent") == Handles.HTB
         assert word_after(line, "protocol") == "ip"
         words = line.split()
         value, mask = words[words.index("dsfield") + 1:words.index("dsfield") + 3]
         assert int(mask, 16) == 0xFC
         assert int(value, 16) & 0x03 == 0  # the ECN bits are left out of the match
         dscp = int(value, 16) >> 2
-        assert word_after(line, "flowid") == class_plan.class_id(queue.priority_for_dscp(dscp))
+        assert word_after(line, "flowid") == Handles.class_id(queue.priority_for_dscp(dscp))
         seen.add(dscp)
     assert seen == expected
     assert "dsfield 0x68 0xfc flowid 5:13" in filters[0] + filters[1]  # DSCP 26 << 2
@@ -229,48 +232,47 @@ def test_dsfield_value_is_the_dscp_shifted_past_the_ecn_bits(dscp):
     classes = (TrafficClass(DEFAULT_PRIORITY, "best-effort", (0,)),
                TrafficClass(5, "one", (dscp,)))
     queue = QueueConfig(buffer_bytes=BUFFER_BYTES, classes=classes, class_queues=True)
-    [line] = lines_starting(class_plan.class_commands(INTF, RATE_MBIT, MTU, queue), "filter")
+    [line] = lines_starting(class_lines(queue), "filter")
     words = line.split()
     assert int(words[words.index("dsfield") + 1], 16) == dscp << 2
 
 
-def test_shaping_with_a_pfc_queue_defaults_to_best_effort_and_adds_the_classes():
+def test_a_pfc_queue_defaults_to_best_effort_and_adds_the_classes():
     queue = pfc_queue()
-    plain = shaping_commands(INTF, RATE_MBIT, MTU)
-    cmds = shaping_commands(INTF, RATE_MBIT, MTU, queue)
+    plain = port_plan(INTF, RATE_MBIT, MTU).tc
+    cmds = port_plan(INTF, RATE_MBIT, MTU, queue).tc
     assert cmds[0] == f"qdisc replace dev {INTF} root handle 5: htb default 10"
     # htb reads "default" in hex: it names the best-effort class the class commands create
     default = f"5:{word_after(cmds[0], 'default')}"
-    assert default == class_plan.class_id(DEFAULT_PRIORITY)
+    assert default == Handles.class_id(DEFAULT_PRIORITY)
     assert any(word_after(c, "classid") == default for c in lines_starting(cmds, "class"))
-    assert cmds[1:3] == plain[1:3]
-    assert cmds[3:] == class_plan.class_commands(INTF, RATE_MBIT, MTU, queue)
+    assert cmds[1] == plain[1]
+    assert not any(f"handle {Handles.BUFFER}" in line for line in cmds)  # no single buffer
 
 
-def test_shaping_without_classes_is_unchanged():
-    plain = shaping_commands(INTF, RATE_MBIT, MTU)
+def test_a_queue_without_classes_is_one_buffer():
+    plain = port_plan(INTF, RATE_MBIT, MTU).tc
     assert len(plain) == 3 and plain[0].endswith("htb default 1")
-    assert shaping_commands(INTF, RATE_MBIT, MTU, None) == plain
-    assert shaping_commands(INTF, RATE_MBIT, MTU, QueueConfig(buffer_bytes=BUFFER_BYTES)) == plain
-    assert shaping_commands(INTF, None, MTU, pfc_queue()) == []  # unshaped: nothing to queue
+    assert port_plan(INTF, RATE_MBIT, MTU, QueueConfig(buffer_bytes=BUFFER_BYTES)).tc == plain
+    assert port_plan(INTF, None, MTU, pfc_queue()).tc == []  # unshaped: nothing to queue
 
 
 def test_class_queues_without_pfc_still_get_classes():
     queue = QueueConfig(buffer_bytes=BUFFER_BYTES, class_queues=True)
     assert queue.uses_classes and queue.pfc is None
-    assert shaping_commands(INTF, RATE_MBIT, MTU, queue)[3:] == \
-        class_plan.class_commands(INTF, RATE_MBIT, MTU, queue)
+    assert class_lines(queue) == class_lines(pfc_queue())
 
 
 def test_switch_batch_and_host_script_carry_the_classes():
     fab = small_spine_leaf()
     queue = pfc_queue(fan_in=switch_fan_in(fab))
-    per_port = len(shaping_commands(INTF, RATE_MBIT, MTU, queue))
-    batch = switch_tc_batch(fab, queue).splitlines()
+    per_port = len(port_plan(INTF, RATE_MBIT, MTU, queue).tc)
+    batch = switch_queue_plan(fab, queue).tc
     assert len(batch) == per_port * len(fab.switch_ends())
-    assert switch_tc_batch(fab) == switch_tc_batch(fab, QueueConfig(buffer_bytes=BUFFER_BYTES))
+    assert switch_queue_plan(fab).tc == switch_queue_plan(
+        fab, QueueConfig(buffer_bytes=BUFFER_BYTES)).tc
     script = host_script(fab, "l0h0", queue=queue)
-    for line in class_plan.class_commands("l0h0-eth0", RATE_MBIT, MTU, queue):
+    for line in port_plan("l0h0-eth0", RATE_MBIT, MTU, queue).tc:
         assert line in script.splitlines()
     assert "root handle 5: htb default 10" in script
     assert host_script(fab, "l0h0") == host_script(fab, "l0h0",
@@ -653,10 +655,9 @@ def test_tbf_change_message_decodes_by_hand():
 
 
 def test_tbf_change_message_for_the_plans_pause_and_resume():
-    for params in (class_plan.running_tbf(RATE_MBIT, MTU, BUFFER_BYTES),
-                   class_plan.paused_tbf(MTU, BUFFER_BYTES)):
-        msg = tbf_change_message(3, class_plan.leaf_major(LOSSLESS) << 16,
-                                 class_plan.class_id_number(LOSSLESS),
+    for params in (running_tbf(RATE_MBIT, MTU, BUFFER_BYTES), paused_tbf(MTU, BUFFER_BYTES)):
+        msg = tbf_change_message(3, Handles.leaf_major(LOSSLESS) << 16,
+                                 Handles.class_id_number(LOSSLESS),
                                  rate_bytes_per_s(params["rate"]), params["burst"],
                                  params["limit"], 1)
         assert struct.unpack_from("=I", msg, 16 + 8)[0] == 0x230000  # handle 23:
@@ -840,14 +841,14 @@ CLASS_QUEUES_TC_JSON = json.dumps([
 ])
 
 
-def test_lossless_queue_drops_counts_only_the_lossless_leaves():
-    assert lossless_queue_drops(CLASS_QUEUES_TC_JSON, pfc_queue()) == 5
-    assert lossless_queue_drops("", pfc_queue()) == 0
-    assert lossless_queue_drops("[]", pfc_queue()) == 0
+def test_lossless_drops_count_only_the_lossless_leaves():
+    assert lossless_drops(parse_qdiscs(CLASS_QUEUES_TC_JSON), pfc_queue()) == 5
+    assert lossless_drops(parse_qdiscs(""), pfc_queue()) == 0
+    assert lossless_drops(parse_qdiscs("[]"), pfc_queue()) == 0
 
 
-def test_qdisc_drops_counts_every_class_leaf_once():
-    assert qdisc_drops(CLASS_QUEUES_TC_JSON) == 9 + 2 + 1 + 3
+def test_queue_drops_count_every_class_leaf_once():
+    assert queue_drops(parse_qdiscs(CLASS_QUEUES_TC_JSON)) == 9 + 2 + 1 + 3
 
 
 # --- the kick frame -----------------------------------------------------------------------

@@ -34,16 +34,13 @@ from testbed.plan.ecn_plan import (
     batch_input,
     choose_ecn_path,
     compile_command,
-    ebpf_attach_commands,
     ebpf_config_commands,
     layout_struct,
     map_dump_command,
     marker_config,
-    marking_commands,
     parse_map_dump,
     pmax_to_u32,
     queue_bytes_at,
-    red_commands,
     red_ewma_log,
     red_parameters,
     unpack_value,
@@ -57,6 +54,7 @@ from testbed.plan.pfc_frames import (
     xoff_frame,
     xon_frame,
 )
+from testbed.plan.port_queue import port_plan
 from testbed.plan.profiles import (
     DEFAULT_CLASSES,
     U32_MAX,
@@ -451,11 +449,10 @@ def hex_after(argv: list[str], word: str, count: int) -> bytes:
 def test_ebpf_plan_attaches_then_writes_the_port_entry_last():
     queue = QueueConfig(625_000, RedEcn(3_000, 9_000, 0.01))
     obj = Path("/opt/tb/ecn_marker.o")
-    commands = marking_commands("ebpf", "s1-eth2", 42, 100, queue, MTU, obj=obj)
-    assert commands[:2] == ebpf_attach_commands("s1-eth2", obj)
-    assert commands[0] == ["tc", "qdisc", "replace", "dev", "s1-eth2", "clsact"]
-    assert commands[1][-6:] == ["bpf", "da", "obj", str(obj), "sec", "classifier"]
-    updates = commands[2:]
+    plan = port_plan("s1-eth2", 100, MTU, queue, "ebpf", ifindex=42, obj=obj)
+    assert plan.tc[-2] == "qdisc replace dev s1-eth2 clsact"
+    assert plan.tc[-1].split()[-6:] == ["bpf", "da", "obj", str(obj), "sec", "classifier"]
+    updates = plan.bpftool
     assert updates == ebpf_config_commands(42, marker_config(100, queue))
     assert [argv[4].rsplit("/", 1)[1] for argv in updates] == [
         "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_config"]
@@ -469,25 +466,27 @@ def test_ebpf_plan_attaches_then_writes_the_port_entry_last():
         name = argv[4].rsplit("/", 1)[1]
         assert hex_after(argv, "value", layout_struct(MAPS[name]).size) == bytes(
             layout_struct(MAPS[name]).size)
-    assert all(isinstance(arg, str) and arg and " " not in arg for argv in commands for arg in argv)
+    assert all(isinstance(arg, str) and arg and " " not in arg for argv in updates for arg in argv)
 
 
-def test_red_plan_replaces_the_buffer_with_red_ecn():
-    queue = QueueConfig(625_000, RedEcn(3_000, 9_000, 0.01))
-    delete, argv = marking_commands("red-qdisc", "s1-eth2", 42, 100, queue, MTU)
-    # A replace with the bfifo's own handle and another kind is refused by the kernel
-    # ("Invalid qdisc name"): the buffer goes, and RED comes under the same handle.
-    assert delete == ["tc", "qdisc", "del", "dev", "s1-eth2", "parent", "5:1", "handle", "10:"]
-    assert argv[:10] == ["tc", "qdisc", "add", "dev", "s1-eth2", "parent", "5:1",
-                         "handle", "10:", "red"]
-    options = dict(zip(argv[10::2], argv[11::2]))
+def red_line(queue: QueueConfig) -> list[str]:
+    """The words of the buffer line of a port marked on the RED path."""
+    return port_plan("s1-eth2", 100, MTU, queue, "red-qdisc").tc[-1].split()
+
+
+def test_red_plan_makes_the_buffer_red_ecn():
+    argv = red_line(QueueConfig(625_000, RedEcn(3_000, 9_000, 0.01)))
+    # made as RED from the start: the kernel refuses to turn a bfifo into RED in place
+    assert argv[:9] == ["qdisc", "replace", "dev", "s1-eth2", "parent", "5:1", "handle", "10:",
+                        "red"]
+    options = dict(zip(argv[9::2], argv[10::2]))
     assert options["limit"] == "625000" and options["min"] == "3000" and options["max"] == "9000"
     assert options["probability"] == "0.01" and options["bandwidth"] == "100mbit"
     assert argv[-2:] == ["ecn", "nodrop"]
-    _, argv = red_commands("s1-eth2", 100, QueueConfig(625_000, StepEcn(30_000)), MTU)
-    options = dict(zip(argv[10::2], argv[11::2]))
+    argv = red_line(QueueConfig(625_000, StepEcn(30_000)))
+    options = dict(zip(argv[9::2], argv[10::2]))
     assert (options["min"], options["max"], options["probability"]) == ("30000", "30001", "1.0")
-    assert red_commands("s1-eth2", 100, QueueConfig(625_000), MTU) == []
+    assert red_line(QueueConfig(625_000))[8:] == ["bfifo", "limit", "625000"]  # no ECN
 
 
 def test_red_parameters_are_ones_tc_accepts():
@@ -504,7 +503,7 @@ def test_red_parameters_are_ones_tc_accepts():
 
 def test_unknown_path_is_refused():
     with pytest.raises(ConfigError):
-        marking_commands("pie", "s1-eth2", 42, 100, QueueConfig(625_000), MTU)
+        port_plan("s1-eth2", 100, MTU, QueueConfig(625_000), "pie", ifindex=42)
 
 
 def test_rates_the_marker_cannot_hold_are_refused():
@@ -532,11 +531,14 @@ def test_queue_drains_between_samples():
 
 
 def test_batch_input():
-    commands = ebpf_attach_commands("s1-eth1", Path("/x/ecn.o"))
+    commands = [["tc", "qdisc", "replace", "dev", "s1-eth1", "clsact"],
+                ["tc", "filter", "replace", "dev", "s1-eth1", "egress", "bpf", "da", "obj",
+                 "/x/ecn.o"]]
     text = batch_input(commands, "tc")
-    assert text.splitlines()[0] == "qdisc replace dev s1-eth1 clsact"
+    assert text.splitlines() == ["qdisc replace dev s1-eth1 clsact",
+                                 "filter replace dev s1-eth1 egress bpf da obj /x/ecn.o"]
     with pytest.raises(ValueError):
-        batch_input(ebpf_attach_commands("s1-eth1", Path("/a b/ecn.o")), "tc")
+        batch_input([["tc", "filter", "obj", "/a b/ecn.o"]], "tc")
     with pytest.raises(ValueError):
         batch_input(commands, "bpftool")
 

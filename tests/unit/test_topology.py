@@ -11,9 +11,10 @@ import pytest
 from fabric_walk import ports_by_node
 
 from testbed.errors import ConfigError
+from testbed.harness.console import table_text
 from testbed.model.topology import BUILDERS, build
 from testbed.model.topology.base import Fabric, Link, Node, host_address, intf_name
-from testbed.model.topology.describe import describe, format_description
+from testbed.model.topology.describe import describe, description_rows
 from testbed.model.topology.fattree import (
     AGGREGATION,
     CORE,
@@ -265,8 +266,9 @@ def test_describe_matches_formulas(tree):
     assert info["host_pair"] == ["p0e0h0", f"p{k - 1}e{k // 2 - 1}h{k // 2 - 1}"]
 
 
-def test_format_description_k4():
-    lines = format_description(describe(fat_tree(4))).splitlines()
+def test_description_rows_k4_and_their_table():
+    rows = description_rows(describe(fat_tree(4)))
+    lines = table_text(rows).splitlines()
     width = len("equal-cost paths p0e0h0 -> p3e1h1")  # the longest label sets the column
     expected = [
         ("topology", "fattree {'k': 4, 'host_rate_mbit': 100.0, 'fabric_rate_mbit': 100.0}"),
@@ -281,6 +283,7 @@ def test_format_description_k4():
         ("max switch hops host-host", "4   (formula: 4)"),
         ("bisection bandwidth", "800 Mbit/s   (formula: 800 Mbit/s)"),
     ]
+    assert rows == expected
     assert lines == [f"{label:<{width}}  {value}" for label, value in expected]
 
 

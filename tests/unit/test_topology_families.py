@@ -32,8 +32,8 @@ from testbed.model.topology.clos import clos
 from testbed.model.topology.describe import (
     bisection_bandwidth_mbit,
     describe,
+    description_rows,
     draw,
-    format_description,
     tier_layout,
 )
 from testbed.model.topology.dragonfly import dragonfly, global_peer
@@ -245,8 +245,7 @@ def test_spine_leaf_bisection_matches_formula(leaves, spines, hosts_per_leaf, up
 
 
 def test_spine_leaf_description_text():
-    text = format_description(describe(spine_leaf()))
-    rows = {line[:30].strip(): line[30:].strip() for line in text.splitlines()}
+    rows = dict(description_rows(describe(spine_leaf())))
     assert rows["hosts"] == "16   (formula: 16)"
     assert rows["switch-to-switch links"] == "8   (formula: 8)"
     assert rows["max switch hops host-host"] == "2   (formula: 2)"
@@ -546,7 +545,8 @@ def test_bisection_cut_finds_a_single_slow_link():
 
 def test_bisection_is_none_for_unshaped_links():
     assert bisection_bandwidth_mbit(build("line")) is None
-    assert "n/a" in format_description(describe(build("line")))
+    assert dict(description_rows(describe(build("line"))))["bisection bandwidth"] == \
+        "n/a (unshaped links or one host)"
 
 
 # --- drawing ---------------------------------------------------------------------------------

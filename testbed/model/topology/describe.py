@@ -209,39 +209,41 @@ _FORMULAS = {"fattree": _fat_tree, "spineleaf": _spine_leaf, "clos": _clos,
              "dragonfly": _dragonfly, "nvswitch": _nvswitch, "rail": _rail}
 
 
-# --- text ------------------------------------------------------------------------------------
+# --- rows for people ------------------------------------------------------------------------------------
 
 
 def _number(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def format_description(info: dict) -> str:
+def description_rows(info: dict) -> list[tuple[str, str]]:
+    """``describe``'s figures as (what, value) rows for people, each computed value beside its
+    formula's where there is one (``testbed topo`` prints them as a table)."""
     formula = info.get("formula", {})
 
     def with_formula(key: str, unit: str = "") -> str:
         extra = f"   (formula: {_number(formula[key])}{unit})" if key in formula else ""
         return f"{_number(info[key])}{unit}{extra}"
 
-    rows = [("topology", f"{info['topology']} {info['params']}")]
-    for key in ("hosts", "switches", "links", "equal_cost_paths"):
-        label = key.replace("_", " ")
-        if key == "equal_cost_paths":
-            label = f"equal-cost paths {info['host_pair'][0]} -> {info['host_pair'][1]}"
-        rows.append((label, with_formula(key)))
-    rows.insert(3, ("switches by role", ", ".join(f"{v} {k}" for k, v in info["switches_by_role"].items())))
-    rows.append(("switch diameter", f"{info['switch_diameter_hops']} hops"))
-    rows.append(("switch-to-switch links", with_formula("switch_links")))
-    rows.append(("max switch ports", with_formula("max_switch_ports")))
-    rows.append(("max switch hops host-host", with_formula("max_switch_hops_between_hosts")))
+    first, last = info["host_pair"]
+    rows = [("topology", f"{info['topology']} {info['params']}"),
+            ("hosts", with_formula("hosts")),
+            ("switches", with_formula("switches")),
+            ("switches by role", ", ".join(f"{v} {k}" for k, v in
+                                           info["switches_by_role"].items())),
+            ("links", with_formula("links")),
+            (f"equal-cost paths {first} -> {last}", with_formula("equal_cost_paths")),
+            ("switch diameter", f"{info['switch_diameter_hops']} hops"),
+            ("switch-to-switch links", with_formula("switch_links")),
+            ("max switch ports", with_formula("max_switch_ports")),
+            ("max switch hops host-host", with_formula("max_switch_hops_between_hosts"))]
     if info["bisection_bandwidth_mbit"] is None:
         rows.append(("bisection bandwidth", "n/a (unshaped links or one host)"))
     else:
         rows.append(("bisection bandwidth", with_formula("bisection_bandwidth_mbit", " Mbit/s")))
     if info["oversubscription"] is not None:
         rows.append(("oversubscription", with_formula("oversubscription", ":1")))
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return rows
 
 
 # --- drawing ---------------------------------------------------------------------------------

@@ -121,8 +121,8 @@ class PauseCapture:
 
     def __enter__(self) -> PauseCapture:
         with open(self.log_path, "wb") as log:
-            self.proc = self.net.popen(self.point.host, tcpdump_argv(self.point.interface,
-                                                                     self.path),
+            self.proc = self.net.popen(self.point.host,
+                                       tcpdump_argv(self.point.interface, self.path.absolute()),
                                        stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while LISTENING not in self.log_path.read_text(errors="replace"):

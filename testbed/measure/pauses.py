@@ -241,6 +241,14 @@ def capture_summary(point: CapturePoint, capture: PauseCapture, deltas: dict) ->
     return summary
 
 
+def agent_alive_checks(results: dict[str, dict]) -> list[Check]:
+    """A trust check per setup that ran the pause agent (``pause_agent_running`` in its
+    results): a fabric whose pauses stopped being obeyed is not lossless."""
+    return [holds("the pause agent ran throughout", r["pause_agent_running"],
+                  "the pause agent (PFC) was still running when the measurement ended", setup)
+            for setup, r in results.items() if "pause_agent_running" in r]
+
+
 def capture_checks(capture: dict, setup: str | None = None) -> list[Check]:
     """tshark decodes every captured frame as PFC, and the capture holds as many frames as
     the pause agent sent on that link (``capture_summary``)."""

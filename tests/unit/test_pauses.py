@@ -22,6 +22,7 @@ from testbed.measure.pauses import (
     CapturePoint,
     DecodedPauses,
     PauseCapture,
+    agent_alive_checks,
     capture_checks,
     capture_point,
     capture_summary,
@@ -71,6 +72,14 @@ def test_counter_deltas():
                     "paused_s": 0.5, "storms": 0},
     }
     assert counter_deltas({}, {}) == {}
+
+
+def test_a_pause_agent_that_died_makes_its_setup_untrusted():
+    results = {"droptail": {}, "pfc": {"pause_agent_running": True},
+               "pfc+ecn": {"pause_agent_running": False}}
+    checks = agent_alive_checks(results)
+    assert [(c.setup, c.outcome) for c in checks] == [("pfc", "PASS"), ("pfc+ecn", "FAIL")]
+    assert agent_alive_checks({"droptail": {}}) == []
 
 
 # --- where ------------------------------------------------------------------------------------

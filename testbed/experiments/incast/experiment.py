@@ -58,9 +58,13 @@ from testbed.experiments.incast.workload import (
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
 from testbed.harness.flows import counter_deltas, read_tcp_counters
 from testbed.harness.scenario import Problem
-from testbed.measure.pauses import PauseCapture, capture_point, capture_summary
+from testbed.measure.pauses import (
+    PauseCapture,
+    agent_alive_checks,
+    capture_point,
+    capture_summary,
+)
 from testbed.measure.pauses import counter_deltas as agent_deltas
-from testbed.model.verdict import holds
 from testbed.plan.modes import LOSSLESS_DSCP, mode_tcp
 from testbed.plan.profiles import U32_MAX, QueueConfig
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_thresholds, scaled_queue_config
@@ -305,9 +309,7 @@ class Incast(Experiment):
         return incast_checks(results, self.params.rounds)
 
     def trust(self, results):
-        return [holds("the pause agent ran throughout", r["pause_agent_running"],
-                      "the pause agent (PFC) was still running when the measurement ended",
-                      mode) for mode, r in results.items() if "pause_agent_running" in r]
+        return agent_alive_checks(results)
 
     def rows(self, results):
         rows = []

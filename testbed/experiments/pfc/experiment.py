@@ -47,9 +47,8 @@ from testbed.experiments.pfc.spreading import (
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
 from testbed.harness.flows import SERVER_START_S, run_flows
 from testbed.harness.scenario import Problem
-from testbed.measure.pauses import counter_deltas
+from testbed.measure.pauses import agent_alive_checks, counter_deltas
 from testbed.model.records import read_json_lines
-from testbed.model.verdict import holds
 from testbed.plan.modes import LOSSLESS_TOS, mode_tcp
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.profiles import U32_MAX, QueueConfig
@@ -251,10 +250,7 @@ class PfcDemo(Experiment):
         return demo_checks(results)
 
     def trust(self, results):
-        return [holds("the pause agent ran throughout", r["pause_agent_running"],
-                      "the pause agent (PFC) was still running when the measurement ended",
-                      condition) for condition, r in results.items()
-                if "pause_agent_running" in r]
+        return agent_alive_checks(results)
 
     def rows(self, results):
         rows = [(condition, condition_line(results[condition])) for condition in CONDITIONS

@@ -260,7 +260,7 @@ class Incast(Experiment):
             result["pause_capture"] = capture_summary(
                 point, capture, agent_deltas(agent_before,
                                              run.net.pfc.counters().get("interfaces", {})))
-            run.log(f"{mode}: pause capture: {result['pause_capture']}")
+            run.log(f"{mode}: pause capture: {capture_cell(result['pause_capture'])}")
         return result
 
     def measure_fanin(self, run: SetupRun, fanin: int, port: int) -> IncastMeasurement:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import socket
 import subprocess
 import sys
@@ -795,3 +796,167 @@ def test_the_earlier_flags_still_work(started):
     assert [s.name for s in sweep.setups] == [PFC]
     assert single.experiment.params.fanins == [7]
     assert [s.name for s in single.setups] == [DROPTAIL, ECN]
+
+
+# --- measure, on a stand-in fabric -------------------------------------------------------------
+# Every program the experiment starts in a host is replaced by a stand-in of the same command
+# line: the servers exit, the client answers each round in (fan-in x 0.1) s, tcpdump writes
+# one pause and one resume frame to its pcap; counters move by known amounts. No namespace,
+# switch or packet is involved, but measure() runs as on a fabric.
+
+STAND_IN_QUERY = r"""
+import json, sys
+args = sys.argv[1:]
+servers = args[args.index("--servers") + 1].split(",")
+rounds, warmup = int(args[args.index("--rounds") + 1]), int(args[args.index("--warmup") + 1])
+n = len(servers)
+done = {"start_monotonic_s": 0.0, "round_s": 0.1 * n, "flow_s": [0.1 * n] * n,
+        "send_spread_s": 1e-5}
+print(json.dumps({"servers": servers, "warmup_rounds": [done] * warmup,
+                  "rounds": [done] * rounds, "error": None}))
+"""
+STAND_IN_TCPDUMP = r"""
+import signal, sys, time
+from scapy.layers.l2 import Ether
+from scapy.utils import wrpcap
+from testbed.plan.pfc_frames import xoff_frame, xon_frame
+path = sys.argv[sys.argv.index("-w") + 1]
+wrpcap(path, [Ether(xoff_frame("02:00:00:00:00:01", [3])),
+              Ether(xon_frame("02:00:00:00:00:01", [3]))])
+def stop(*_):
+    sys.stderr.write("2 packets captured\n2 packets received by filter\n"
+                     "0 packets dropped by kernel\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+sys.stderr.write("tcpdump: listening on p0e0h1-eth0\n")
+sys.stderr.flush()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def stand_in(argv: list[str]) -> list[str]:
+    if argv[0] == "cat":
+        return argv  # the TCP counters: this machine's own, read as they are
+    if argv[0] == "tcpdump":
+        return [sys.executable, "-c", STAND_IN_TCPDUMP, *argv[1:]]
+    if "serve" in argv:
+        return [sys.executable, "-c", "pass"]
+    assert "query" in argv, argv
+    return [sys.executable, "-c", STAND_IN_QUERY, *argv[argv.index("query") + 1:]]
+
+
+class StandInAgent:
+    """The pause agent's counters: two frames sent to p0e0h1 after the first reading."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def counters(self) -> dict:
+        self.reads += 1
+        sent = 0 if self.reads == 1 else 1
+        return {"interfaces": {
+            "p0e0-eth2": {"xoff_sent": sent, "xon_sent": sent, "frames_received": 0,
+                          "pauses": 0, "paused_s": 0.0, "storms": 0},
+            "p0e0h1-eth0": {"xoff_sent": 0, "xon_sent": 0, "frames_received": 2 * sent,
+                            "pauses": sent, "paused_s": 0.1 * sent, "storms": 0}}}
+
+    def alive(self) -> bool:
+        return True
+
+
+class StandInNet:
+    """What measure() uses of a FabricNetwork; each reading of a counter moves it on."""
+
+    def __init__(self, fabric, workdir: Path, pfc: bool):
+        self.fabric, self.workdir = fabric, workdir
+        self.pfc = StandInAgent() if pfc else None
+        self.readings: dict[str, int] = {}
+        self.started = []
+
+    def popen(self, host, argv, **kwargs):
+        self.started.append((host, argv[0] if argv[0] != sys.executable else argv[3]))
+        return subprocess.Popen(stand_in(argv), **kwargs)
+
+    def read(self, counter: str) -> int:
+        self.readings[counter] = self.readings.get(counter, 0) + 1
+        return self.readings[counter]
+
+    def queue_drops(self) -> int:
+        return 4 * self.read("drops")  # 4 more at every reading
+
+    def switch_counters(self) -> dict:
+        n = self.read("switches")
+        return {"rx_packets": 100 * n, "tx_packets": 100 * n, "queue_drops": 0}
+
+    def pfc_summary(self) -> dict:
+        return {"pause_frames_sent": 10 * self.read("pfc"), "pause_frames_received": 0,
+                "paused_time_s": 0.0, "pause_storms": 0, "lossless_drops": 0,
+                "agent_running": True}
+
+    def wait_switches_drained(self) -> int:
+        return 0
+
+
+class StandInWatch:
+    switches = {"rx_packets": 1000, "tx_packets": 1000, "queue_drops": 0}
+    t_start, t_end = 1.0, 2.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def emulator_lost(self) -> int:
+        return 0
+
+    def verdict(self, window_s=None, bottleneck=None, bandwidth_bound=True, setup=None):
+        from testbed.measure.fidelity import judge
+
+        return judge(0.3, 1.0, 1.0, 0.0, bandwidth_bound, setup)
+
+
+class StandInRun:
+    def __init__(self, net, setup, workdir: Path):
+        from testbed.harness.progress import QuietProgress
+
+        self.net, self.setup, self.workdir = net, setup, workdir
+        self.log = lambda message: None
+        self.progress = QuietProgress()
+
+    def watch(self):
+        return StandInWatch()
+
+    def queues(self, report):
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+
+def test_measure_runs_every_fan_in_and_keeps_the_capture(tmp_path, monkeypatch):
+    monkeypatch.setattr("testbed.experiments.incast.experiment.PFC_SETTLE_S", 0.0)
+    if shutil.which("tshark") is None:
+        pytest.fail("tshark is not installed; scripts/install.sh installs it")
+    e = experiment(fanins=[1, 3], rounds=2, modes=["pfc"], capture_pauses=True)
+    [setup] = e.setups()
+    net = StandInNet(setup.fabric, tmp_path, pfc=True)
+    result = e.measure(StandInRun(net, setup, tmp_path))
+    one, three = result["summaries"]
+    assert (one["fanin"], one["rounds_done"], one["round"]["median_s"]) == (1, 2, 0.1)
+    assert (three["fanin"], three["round"]["median_s"]) == (3, pytest.approx(0.3))
+    assert one["queue_drops"] == 4 and one["switch_queue_drops"] == 0  # one reading later
+    assert one["pause_frames_sent"] == 10 and one["lossless_drops"] == 0
+    assert (tmp_path / "fanin3" / "client.json").exists()
+    started = [what for _, what in net.started if what != "cat"]
+    assert started == ["tcpdump", "serve", "query", "serve", "serve", "serve", "query"]
+    capture = result["pause_capture"]
+    assert capture["pcap"] == str(tmp_path / "pause-frames.pcap")
+    assert (capture["frames"], capture["pfc_frames"], capture["xoff_frames"],
+            capture["xon_frames"]) == (2, 2, 1, 1)
+    assert (capture["agent_sent"], capture["agent_received"]) == (2, 2)
+    assert capture["tcpdump"] == {"captured": 2, "received": 2, "kernel_dropped": 0}
+    assert result["pause_agent_running"] is True and result["fidelity"]["trustworthy"]
+    results = {PFC: {**json.loads(json.dumps(result)), "dir": str(tmp_path)}}
+    assert [c.outcome for c in incast_checks(results, 2)] == ["PASS"] * 6
+    assert [c.outcome for c in e.trust(results)] == ["PASS"]

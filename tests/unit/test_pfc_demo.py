@@ -6,12 +6,16 @@ emulation."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 import testbed.harness.run
+from testbed.apply.pfc_agent import EVENTS_FILE
 from testbed.capabilities import Platform, choose_paths, probe_capabilities
 from testbed.cli import main
 from testbed.experiments.pfc.checks import (
@@ -35,8 +39,11 @@ from testbed.experiments.pfc.spreading import (
     paused_ports_series,
     spreading,
 )
+from testbed.harness.flows import SERVER_START_S
+from testbed.harness.progress import QuietProgress
 from testbed.harness.run import Outcome
 from testbed.harness.scenario import Scenario, ScenarioError, load, validate
+from testbed.measure.fidelity import judge
 from testbed.model.verdict import Verdict
 from testbed.plan.pfc import PAUSE, RESUME, switch_fan_in
 from testbed.plan.profiles import StepEcn
@@ -497,3 +504,123 @@ def test_the_earlier_flags_still_work(monkeypatch):
     assert (p.conditions, p.contention_s, p.omit_s, p.alone_s, p.victim_src) == (
         [PFC], 5, 2, 3, "p2e0h0")
     assert resolved.experiment.rate_mbit == 10.0
+
+
+# --- measure, on a stand-in fabric -------------------------------------------------------------
+# iperf3 is replaced by a stand-in of the same command line: a server exits, a client reports
+# 2 Mbit/s on the victim's port and 1.5 elsewhere, and appends a pause of its host's NIC to
+# the pause agent's events file (with the real monotonic clock, so the victim's run alone
+# falls outside the measured window). No namespace, switch or packet is involved.
+
+STAND_IN_IPERF_CLIENT = r"""
+import json, sys, time
+events, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(events, "a") as fh:
+    fh.write(json.dumps({"t": time.monotonic(), "event": "pause", "intf": f"{host}-eth0",
+                         "priority": 3}) + "\n")
+rate = 2e6 if port == 5400 else 1.5e6
+print(json.dumps({"end": {"sum_received": {"bits_per_second": rate}}}))
+"""
+
+
+class StandInAgent:
+    """The pause agent's counters: every host NIC paused 0.5 s more at each reading."""
+
+    def __init__(self, fabric):
+        self.nics = [f"{h.name}-eth0" for h in fabric.hosts]
+        self.reads = 0
+
+    def counters(self) -> dict:
+        self.reads += 1
+        return {"interfaces": {nic: {"xoff_sent": 0, "xon_sent": 0, "frames_received": self.reads,
+                                     "pauses": self.reads, "paused_s": 0.5 * self.reads,
+                                     "storms": 0, "longest_pause_s": 0.25}
+                               for nic in self.nics}}
+
+
+class StandInNet:
+    def __init__(self, fabric, workdir: Path, pfc: bool):
+        self.fabric, self.workdir = fabric, workdir
+        self.pfc = StandInAgent(fabric) if pfc else None
+        self.drops = 0
+
+    def popen(self, host, argv, **kwargs):
+        port = argv[argv.index("-p") + 1]
+        if "-s" in argv:
+            return subprocess.Popen([sys.executable, "-c", "pass"], **kwargs)
+        events = str(self.workdir / EVENTS_FILE)
+        return subprocess.Popen([sys.executable, "-c", STAND_IN_IPERF_CLIENT, events, host,
+                                 port], **kwargs)
+
+    def queue_drops(self) -> int:
+        self.drops += 7
+        return self.drops
+
+    def pfc_summary(self) -> dict:
+        return {"lossless_drops": 0, "agent_running": True}
+
+    def wait_switches_drained(self) -> int:
+        return 0
+
+
+class StandInWatch:
+    switches = {"rx_packets": 1000, "tx_packets": 1000, "queue_drops": 0}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def window_s(self, t0, t1):
+        return t0 - 100.0, t1 - 100.0
+
+    def emulator_lost(self) -> int:
+        return 0
+
+    def verdict(self, window_s=None, bottleneck=None, bandwidth_bound=True, setup=None):
+        self.asked = (window_s, bottleneck, bandwidth_bound)
+        return judge(0.3, 1.0, 0.98, 0.0, bandwidth_bound, setup)
+
+
+class StandInRun:
+    def __init__(self, net, setup, workdir: Path):
+        self.net, self.setup, self.workdir = net, setup, workdir
+        self.log = lambda message: None
+        self.progress = QuietProgress()
+        self.watched = StandInWatch()
+
+    def watch(self):
+        return self.watched
+
+    def queues(self, report):
+        return nullcontext()
+
+
+def test_measure_runs_alone_then_beside_the_incast_and_finds_the_pauses(tmp_path, monkeypatch):
+    monkeypatch.setattr("testbed.experiments.pfc.experiment.EVENTS_SETTLE_S", 0.0)
+    e = demo(conditions=[PFC], alone_s=3, contention_s=4, omit_s=1)
+    [setup] = e.setups()
+    run = StandInRun(StandInNet(setup.fabric, tmp_path, pfc=True), setup, tmp_path)
+    result = e.measure(run)
+    assert (result["victim_alone_mbit"], result["victim_mbit"]) == (2.0, 2.0)
+    assert result["incast_mbit"] == [1.5] * 13 and result["errors"] == []
+    assert result["queue_drops"] == 7  # one reading later
+    # the window: after the servers' start and the omitted second, contention_s long
+    t0, t1 = result["window_monotonic_s"]
+    (start, end), bottleneck, bandwidth_bound = run.watched.asked
+    assert start == pytest.approx(t0 + SERVER_START_S + 1 - 100.0) and end <= start + 4
+    assert (bottleneck, bandwidth_bound) == ("p0e0->p0e0h0", True)
+    # every host NIC paused 0.5 s between the two readings of the agent's counters
+    assert result["paused_s"] == pytest.approx(0.5 * HOSTS)
+    assert result["lossless_drops"] == 0 and result["pause_agent_running"] is True
+    # 14 senders paused their NICs during the incast: the other pod-0 edge's hosts 3 hops
+    # from p0e0, the other pods' 5 hops; the victim beside the receiver, 1 hop, was paused
+    # only by the counters (no event)
+    assert {r["hops"]: len(r["paused_ports"]) for r in result["by_hop"]} == {
+        1: 2, 3: 2, 5: 12}
+    assert result["max_paused_hops"] == 5
+    series = json.loads((tmp_path / PAUSED_SERIES_FILE).read_text())
+    assert series["ports"][-1] == 14 and min(series["t_s"]) >= 0  # the run alone is left out
+    results = {PFC: {**json.loads(json.dumps(result)), "dir": str(tmp_path)}}
+    assert [c.outcome for c in demo_checks(results)] == ["PASS", "PASS"]

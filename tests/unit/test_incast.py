@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from stand_ins import StandInRun, record_runs
 
-import testbed.harness.run
+import testbed.harness.scenario
 from testbed import errors
 from testbed.capabilities import Platform, choose_paths, probe_capabilities
 from testbed.cli import main
@@ -56,11 +57,9 @@ from testbed.experiments.incast.workload import (
     server_argv,
 )
 from testbed.harness.flows import counter_deltas, parse_proc_net, tcp_loss_counters
-from testbed.harness.run import Outcome
 from testbed.harness.scenario import Scenario, ScenarioError, validate
 from testbed.measure.stats import percentile
 from testbed.model.topology.fattree import fat_tree
-from testbed.model.verdict import Verdict
 from testbed.plan.modes import LOSSLESS_DSCP, mode_tcp
 from testbed.plan.profiles import StepEcn
 from testbed.traffic import incast as program
@@ -769,22 +768,8 @@ def test_figures_for_a_sweep_and_for_one_fan_in(tmp_path):
 # --- the command ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def started(monkeypatch):
-    """The scenarios ``testbed incast`` resolves, instead of runs."""
-    runs = []
-
-    def fake_run(resolved, log=print, progress=None):
-        runs.append(resolved)
-        summary = {"run_id": "r1", "title": "t", "headline": "h", "status": "complete",
-                   "error": None, "results_dir": "results/r1", "rows": [], "verdict": None}
-        return Outcome(summary, Path("results/r1"), Verdict())
-
-    monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
-    return runs
-
-
-def test_the_earlier_flags_still_work(started):
+def test_the_earlier_flags_still_work(monkeypatch):
+    started = record_runs(monkeypatch)
     main(["incast", "--sweep", "1,3,7", "--mode", "pfc", "--warmup", "2", "--rate-mbit", "20",
           "--mtu", "9000", "--buffer-bytes", "300000", "--capture-pauses", "true", "--quiet"])
     main(["incast", "--fanin", "7", "--modes", "droptail,ecn", "--quiet"])
@@ -896,42 +881,6 @@ class StandInNet:
 
     def wait_switches_drained(self) -> int:
         return 0
-
-
-class StandInWatch:
-    switches = {"rx_packets": 1000, "tx_packets": 1000, "queue_drops": 0}
-    t_start, t_end = 1.0, 2.0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def emulator_lost(self) -> int:
-        return 0
-
-    def verdict(self, window_s=None, bottleneck=None, bandwidth_bound=True, setup=None):
-        from testbed.measure.fidelity import judge
-
-        return judge(0.3, 1.0, 1.0, 0.0, bandwidth_bound, setup)
-
-
-class StandInRun:
-    def __init__(self, net, setup, workdir: Path):
-        from testbed.harness.progress import QuietProgress
-
-        self.net, self.setup, self.workdir = net, setup, workdir
-        self.log = lambda message: None
-        self.progress = QuietProgress()
-
-    def watch(self):
-        return StandInWatch()
-
-    def queues(self, report):
-        from contextlib import nullcontext
-
-        return nullcontext()
 
 
 def test_measure_runs_every_fan_in_and_keeps_the_capture(tmp_path, monkeypatch):

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from stand_ins import WINDOW_OFFSET_S, StandInRun, record_runs
 
-import testbed.harness.run
 from testbed.apply.pfc_agent import EVENTS_FILE
 from testbed.capabilities import Platform, choose_paths, probe_capabilities
 from testbed.cli import main
@@ -40,11 +39,7 @@ from testbed.experiments.pfc.spreading import (
     spreading,
 )
 from testbed.harness.flows import SERVER_START_S
-from testbed.harness.progress import QuietProgress
-from testbed.harness.run import Outcome
 from testbed.harness.scenario import Scenario, ScenarioError, load, validate
-from testbed.measure.fidelity import judge
-from testbed.model.verdict import Verdict
 from testbed.plan.pfc import PAUSE, RESUME, switch_fan_in
 from testbed.plan.profiles import StepEcn
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_headroom_bytes
@@ -488,15 +483,7 @@ def test_the_figure_without_pauses(tmp_path, conditions):
 
 
 def test_the_earlier_flags_still_work(monkeypatch):
-    started = []
-
-    def fake_run(resolved, log=print, progress=None):
-        started.append(resolved)
-        summary = {"run_id": "r1", "title": "t", "headline": "h", "status": "complete",
-                   "error": None, "results_dir": "results/r1", "rows": [], "verdict": None}
-        return Outcome(summary, Path("results/r1"), Verdict())
-
-    monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
+    started = record_runs(monkeypatch)
     main(["pfc-demo", "--condition", "pfc", "--seconds", "5", "--omit", "2", "--alone-s", "3",
           "--rate-mbit", "10", "--victim-src", "p2e0h0", "--quiet"])
     [resolved] = started
@@ -563,40 +550,6 @@ class StandInNet:
         return 0
 
 
-class StandInWatch:
-    switches = {"rx_packets": 1000, "tx_packets": 1000, "queue_drops": 0}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def window_s(self, t0, t1):
-        return t0 - 100.0, t1 - 100.0
-
-    def emulator_lost(self) -> int:
-        return 0
-
-    def verdict(self, window_s=None, bottleneck=None, bandwidth_bound=True, setup=None):
-        self.asked = (window_s, bottleneck, bandwidth_bound)
-        return judge(0.3, 1.0, 0.98, 0.0, bandwidth_bound, setup)
-
-
-class StandInRun:
-    def __init__(self, net, setup, workdir: Path):
-        self.net, self.setup, self.workdir = net, setup, workdir
-        self.log = lambda message: None
-        self.progress = QuietProgress()
-        self.watched = StandInWatch()
-
-    def watch(self):
-        return self.watched
-
-    def queues(self, report):
-        return nullcontext()
-
-
 def test_measure_runs_alone_then_beside_the_incast_and_finds_the_pauses(tmp_path, monkeypatch):
     monkeypatch.setattr("testbed.experiments.pfc.experiment.EVENTS_SETTLE_S", 0.0)
     e = demo(conditions=[PFC], alone_s=3, contention_s=4, omit_s=1)
@@ -609,7 +562,8 @@ def test_measure_runs_alone_then_beside_the_incast_and_finds_the_pauses(tmp_path
     # the window: after the servers' start and the omitted second, contention_s long
     t0, t1 = result["window_monotonic_s"]
     (start, end), bottleneck, bandwidth_bound = run.watched.asked
-    assert start == pytest.approx(t0 + SERVER_START_S + 1 - 100.0) and end <= start + 4
+    assert start == pytest.approx(t0 + SERVER_START_S + 1 - WINDOW_OFFSET_S)
+    assert end <= start + 4
     assert (bottleneck, bandwidth_bound) == ("p0e0->p0e0h0", True)
     # every host NIC paused 0.5 s between the two readings of the agent's counters
     assert result["paused_s"] == pytest.approx(0.5 * HOSTS)

@@ -1,195 +1,259 @@
-"""The incast experiment without root: its config, the request/response program over
-loopback (in-process and as processes), the statistics, the TCP counters' parsing, the
-verdict, the table and the figures, and the ``testbed incast`` command (whose run is
-replaced, so no test here can start an emulation)."""
+"""The incast experiment without root: its parameters and what a scenario may ask of it,
+each mode's setup (queue and hosts' TCP), which hosts send, the request/response program
+over loopback (in-process and as processes), the statistics, the TCP counters' parsing, the
+checks (PASS and FAIL cases computed by hand), the summary rows, the figures, and the
+``testbed incast`` flags (whose run is replaced, so no test here can start an emulation)."""
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
+from stand_ins import StandInRun, record_runs
 
-import testbed.experiments.incast.run
+import testbed.harness.scenario
 from testbed import errors
 from testbed.capabilities import Platform, choose_paths, probe_capabilities
-from testbed.errors import ConfigError
-from testbed.experiments.incast.run import (
+from testbed.cli import main
+from testbed.experiments.incast.checks import (
     DROPTAIL,
     ECN,
-    MAX_FANIN,
+    FASTER_BY,
     MODES,
     PFC,
-    IncastConfig,
-    IncastMeasurement,
-    IncastResult,
-    bottleneck_port,
-    client_argv,
+    incast_checks,
+    largest_fanin,
+)
+from testbed.experiments.incast.experiment import (
+    MAX_FANIN,
+    Incast,
+    IncastParams,
+    summary_cell,
+)
+from testbed.experiments.incast.summary import (
     completion_stats,
-    format_table,
     ideal_round_s,
-    mode_queue,
-    mode_tcp,
-    parse_int_list,
-    pfc_counters,
-    pfc_delta,
-    require_pfc_support,
-    sender_hosts,
-    server_argv,
+    measurement_line,
     summarize,
     timeout_onset,
-    verdict,
-    write_incast_results,
+)
+from testbed.experiments.incast.workload import (
+    CLIENT_GRACE_S,
+    IncastMeasurement,
+    Queries,
+    bottleneck_port,
+    client_argv,
+    sender_hosts,
+    server_argv,
 )
 from testbed.harness.flows import counter_deltas, parse_proc_net, tcp_loss_counters
+from testbed.harness.scenario import Scenario, ScenarioError, validate
 from testbed.measure.stats import percentile
+from testbed.model.topology.fattree import fat_tree
+from testbed.plan.modes import LOSSLESS_DSCP, mode_tcp
 from testbed.plan.profiles import StepEcn
 from testbed.traffic import incast as program
+from testbed.traffic.incast import DEFAULT_CONNECT_TIMEOUT_S
 
 LOOPBACK = "127.0.0.1"
 TOS_OF_DSCP_26 = 26 << 2
 IO_TIMEOUT_S = 10.0  # loopback exchanges finish in milliseconds; this only bounds a hang
+RATE_MBIT = 10.0
+RESPONSE_BYTES = 125_000  # 1 Mbit: a round of fan-in n carries n Mbit
+ROUNDS = 3
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-# --- config -----------------------------------------------------------------------------------
+def platform(congestion: set[str], kconfig: dict[str, str] | None = None,
+             tools: set[str] = frozenset({"tcpdump", "tshark"})) -> Platform:
+    caps = probe_capabilities(kconfig or {"CONFIG_MODULES": "n"}, set(), set(), congestion,
+                              {name: True for name in tools})
+    return Platform("test", caps, choose_paths(caps))
 
 
-def test_the_default_config_is_valid():
-    config = IncastConfig()
-    config.validate()
-    assert config.fanins == (MAX_FANIN,) and MAX_FANIN == 15
-    assert set(config.modes) == {"droptail", "ecn", "pfc"}
-    assert config.dscp == 26
+HERE = platform({"reno", "cubic", "bbr"})  # this kind of machine: no dctcp
 
 
-@pytest.mark.parametrize(("changes", "field"), [
-    ({"fanins": (0,)}, "fanins"),
-    ({"fanins": (16,)}, "fanins"),
-    ({"fanins": ()}, "fanins"),
-    ({"fanins": (3, 3)}, "fanins"),
-    ({"fanins": ("3",)}, "fanins"),
-    ({"fanins": 3}, "fanins"),
-    ({"modes": ("red",)}, "modes"),
-    ({"modes": ()}, "modes"),
-    ({"modes": ("ecn", "ecn")}, "modes"),
-    ({"response_bytes": 0}, "response_bytes"),
-    ({"response_bytes": 2**31}, "response_bytes"),
-    ({"rounds": 0}, "rounds"),
-    ({"rounds": 2.0}, "rounds"),
-    ({"warmup_rounds": -1}, "warmup_rounds"),
-    ({"gap_s": -0.1}, "gap_s"),
-    ({"gap_s": math.nan}, "gap_s"),
-    ({"round_timeout_s": 0}, "round_timeout_s"),
-    ({"round_timeout_s": math.inf}, "round_timeout_s"),
-    ({"round_timeout_s": "60"}, "round_timeout_s"),
-    ({"gap_s": 61.0}, "gap_s"),
-    ({"pfc_reaction_time_s": -1e-3}, "pfc_reaction_time_s"),
-    ({"rate_mbit": 0}, "rate_mbit"),
-    ({"rate_mbit": math.nan}, "rate_mbit"),
-    ({"rate_mbit": 20000.0}, "rate_mbit"),
-    ({"mtu_bytes": 100}, "mtu_bytes"),
-    ({"buffer_bytes": 2999}, "buffer_bytes"),  # under two 1500-byte frames
-    ({"dscp": 64}, "dscp"),
-    ({"dscp": 0}, "dscp"),  # pfc mode: best effort is not the lossless class
-    ({"receiver": "p9e0h0"}, "receiver"),
-    # a 2-frame buffer: K (2 frames) is not below it, and PFC's headroom does not fit
-    ({"buffer_bytes": 3000, "modes": (ECN,)}, "ecn.k_bytes"),
-    ({"buffer_bytes": 3000, "modes": (PFC,)}, "buffer_bytes"),
+def experiment(link_rate_mbit: float | None = None, machine: Platform = HERE,
+               **params) -> Incast:
+    return Incast(Scenario(name="t", experiment="incast", link_rate_mbit=link_rate_mbit),
+                  IncastParams(**params), machine)
+
+
+def problems(params: dict, **scenario) -> list[tuple[tuple, str]]:
+    with pytest.raises(ScenarioError) as info:
+        validate({"name": "t", "experiment": "incast", "params": params, **scenario})
+    return [(p.path, p.message) for p in info.value.problems]
+
+
+# --- parameters -------------------------------------------------------------------------------
+
+
+def test_the_defaults():
+    p = IncastParams()
+    assert p.fanins == [MAX_FANIN] and MAX_FANIN == 15
+    assert p.modes == list(MODES) == ["droptail", "ecn", "pfc"]
+    assert p.dscp == LOSSLESS_DSCP == 26
+    assert (p.response_bytes, p.rounds, p.warmup_rounds, p.gap_s) == (65536, 20, 1, 0.2)
+    assert p.buffer_bytes is None and p.capture_pauses is False
+    e = experiment()
+    assert (e.rate_mbit, e.mtu_bytes) == (10.0, 1500)
+    assert e.buffer_bytes() == 62_500  # 50 ms at 10 Mbit/s
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("fanins", [0]), ("fanins", [16]), ("fanins", []), ("fanins", [3, 3]), ("fanins", ["3"]),
+    ("fanins", 3), ("modes", ["red"]), ("modes", []), ("modes", ["ecn", "ecn"]),
+    ("response_bytes", 0), ("response_bytes", 2**31), ("rounds", 0), ("rounds", 2.0),
+    ("rounds", 1001), ("warmup_rounds", -1), ("gap_s", -0.1), ("gap_s", math.nan),
+    ("gap_s", 61.0), ("round_timeout_s", 0), ("round_timeout_s", math.inf),
+    ("round_timeout_s", "60"), ("pfc_reaction_time_s", -1e-3), ("pfc_reaction_time_s", 1.5),
+    ("dscp", 64), ("dscp", -1), ("buffer_bytes", 0), ("capture_pauses", "yes"),
 ])
-def test_bad_configs_are_one_line_errors_naming_the_field(changes, field):
-    with pytest.raises(ConfigError) as info:
-        IncastConfig(**changes).validate()
-    assert info.value.field == field
-    assert "\n" not in str(info.value)
+def test_params_refuse_bad_values_naming_the_field(field, value):
+    with pytest.raises(ValidationError) as info:
+        IncastParams(**{field: value})
+    assert info.value.errors()[0]["loc"][0] == field
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("fanins", [1, 3, 7, 15]), ("modes", ["pfc"]), ("gap_s", 0), ("warmup_rounds", 0),
+    ("pfc_reaction_time_s", 0), ("dscp", 0), ("rounds", 1000)])
+def test_params_accept_the_limits(field, value):
+    assert getattr(IncastParams(**{field: value}), field) == value
+
+
+@pytest.mark.parametrize(("params", "scenario", "path"), [
+    ({"receiver": "p9e0h0"}, {}, ("params", "receiver")),
+    ({"buffer_bytes": 2999}, {}, ("params", "buffer_bytes")),  # under two 1500-byte frames
+    ({"dscp": 0}, {}, ("params", "dscp")),  # pfc mode: best effort is not the lossless class
+    # a 2-frame buffer: K (2 frames) is not below it, and PFC's headroom does not fit
+    ({"buffer_bytes": 3000, "modes": ["ecn"]}, {}, ("params", "buffer_bytes")),
+    ({"buffer_bytes": 3000, "modes": ["pfc"]}, {}, ("params", "buffer_bytes")),
+    ({"capture_pauses": True, "modes": ["droptail"]}, {}, ("params", "capture_pauses")),
+    ({}, {"topology": {"name": "fattree", "k": 4}}, ("topology",)),
+    ({}, {"queue": {"pfc": True}}, ("queue",)),
+    ({}, {"hosts": {"tcp_cc": "reno"}}, ("hosts",)),
+])
+def test_scenario_problems_name_their_field(params, scenario, path):
+    found = problems(params, **scenario)
+    assert [p for p, _ in found] == [path], found
 
 
 def test_best_effort_traffic_is_fine_without_pfc():
-    IncastConfig(dscp=0, modes=(DROPTAIL, ECN)).validate()
+    resolved = validate({"name": "t", "experiment": "incast",
+                         "params": {"dscp": 0, "modes": ["droptail", "ecn"]}})
+    assert [s.name for s in resolved.setups] == [DROPTAIL, ECN]
 
 
-def test_sweeps_parse_from_comma_lists():
-    assert parse_int_list("--sweep", "1,3,7,15") == (1, 3, 7, 15)
-    assert parse_int_list("--sweep", "4") == (4,)
-    with pytest.raises(ConfigError) as info:
-        parse_int_list("--sweep", "1,x")
-    assert info.value.field == "--sweep"
+def test_a_capture_needs_tcpdump_and_tshark():
+    bare = platform({"reno", "cubic"}, tools=set())
+    found = experiment(machine=bare, modes=["pfc"], capture_pauses=True).problems()
+    assert [(p.path, p.message.split(",")[0]) for p in found] == [
+        (("params", "capture_pauses"), "needs tcpdump"),
+        (("params", "capture_pauses"), "needs tshark")]
+    assert experiment(modes=["pfc"], capture_pauses=True).problems() == []
+
+
+def test_the_bundled_scenarios():
+    sweep = validate({"name": "incast", "experiment": "incast", "link_rate_mbit": 10,
+                      "params": {"fanins": [1, 3, 7, 15]}})
+    assert [s.name for s in sweep.setups] == list(MODES)
+    lossless = testbed.harness.scenario.load("pfc-lossless")
+    assert [s.name for s in lossless.setups] == [PFC]
+    p = lossless.experiment.params
+    assert p.capture_pauses and p.fanins == [15] and p.buffer_bytes == 300_000
 
 
 # --- per mode ---------------------------------------------------------------------------------
 
 
-def test_each_mode_has_its_own_queue_on_the_same_buffer():
-    config = IncastConfig(buffer_bytes=100_000)
-    droptail, _ = mode_queue(DROPTAIL, config)
-    ecn, ecn_record = mode_queue(ECN, config)
-    pfc, pfc_record = mode_queue(PFC, config)
-    assert {q.buffer_bytes for q in (droptail, ecn, pfc)} == {100_000}
-    assert droptail.ecn is None and droptail.pfc is None
-    assert isinstance(ecn.ecn, StepEcn) and ecn.pfc is None
-    assert ecn_record["scheme"] == "dctcp" and ecn_record["ecn"][0]["value"] == ecn.ecn.k_bytes
-    assert pfc.ecn is None and pfc.pfc is not None
-    assert pfc.pfc.xoff_bytes + pfc.pfc.headroom_bytes <= pfc.buffer_bytes
-    assert pfc_record["pfc"]["xoff_bytes"] == pfc.pfc.xoff_bytes
+def test_each_mode_is_a_setup_with_its_own_queue_on_the_same_buffer():
+    e = experiment(buffer_bytes=100_000)
+    droptail, ecn, pfc = e.setups()
+    assert [s.name for s in (droptail, ecn, pfc)] == list(MODES)
+    assert {s.queue.buffer_bytes for s in (droptail, ecn, pfc)} == {100_000}
+    assert len({id(s.fabric) for s in (droptail, ecn, pfc)}) == 1
+    assert len(droptail.fabric.hosts) == 16 and droptail.fabric.mtu_bytes == 1500
+    assert droptail.queue.ecn is None and droptail.queue.pfc is None
+    assert isinstance(ecn.queue.ecn, StepEcn) and ecn.queue.pfc is None
+    assert ecn.queue_record["scheme"] == "dctcp"
+    assert ecn.queue_record["ecn"][0]["value"] == ecn.queue.ecn.k_bytes
+    assert pfc.queue.ecn is None and pfc.queue.pfc is not None
+    assert pfc.queue.pfc.xoff_bytes + pfc.queue.pfc.headroom_bytes <= pfc.queue.buffer_bytes
+    assert pfc.queue_record["pfc"]["xoff_bytes"] == pfc.queue.pfc.xoff_bytes
+    assert pfc.queue_record["pfc"]["fan_in"] == 1  # incast sizes headroom for one feeder
     # the default traffic class is the one PFC protects
-    assert pfc.priority_for_dscp(config.dscp) in pfc.lossless_priorities
+    assert pfc.queue.priority_for_dscp(e.params.dscp) in pfc.queue.lossless_priorities
+    assert all(s.routing == "ecmp" for s in (droptail, ecn, pfc))
 
 
 def test_a_longer_pause_reaction_needs_more_headroom():
-    quick, _ = mode_queue(PFC, IncastConfig(pfc_reaction_time_s=0.001))
-    slow, _ = mode_queue(PFC, IncastConfig(pfc_reaction_time_s=0.010))
-    assert slow.pfc.headroom_bytes > quick.pfc.headroom_bytes
-    assert slow.pfc.xoff_bytes < quick.pfc.xoff_bytes
-
-
-def platform(congestion: set[str], kconfig: dict[str, str] | None = None) -> Platform:
-    caps = probe_capabilities(kconfig or {"CONFIG_MODULES": "n"}, set(), set(), congestion, {})
-    return Platform("test", caps, choose_paths(caps))
+    [quick] = experiment(modes=["pfc"], pfc_reaction_time_s=0.001).setups()
+    [slow] = experiment(modes=["pfc"], pfc_reaction_time_s=0.010).setups()
+    assert slow.queue.pfc.headroom_bytes > quick.queue.pfc.headroom_bytes
+    assert slow.queue.pfc.xoff_bytes < quick.queue.pfc.xoff_bytes
 
 
 def test_only_ecn_mode_turns_ecn_on_and_the_other_modes_share_one_algorithm():
-    here = platform({"reno", "cubic", "bbr"})  # this kind of machine: no dctcp
-    ecn = mode_tcp(ECN, here)
-    assert ecn.ecn and ecn.congestion_control == "cubic"
-    assert ecn.sysctls()["net.ipv4.tcp_ecn"] == "1"
-    for mode in (DROPTAIL, PFC):
-        tcp = mode_tcp(mode, here)
-        assert not tcp.ecn and tcp.congestion_control == "cubic"
-        assert "net.ipv4.tcp_ecn" not in tcp.sysctls()
+    droptail, ecn, pfc = experiment().setups()
+    assert ecn.tcp.ecn and ecn.tcp.congestion_control == "cubic"
+    assert ecn.host_sysctls()["net.ipv4.tcp_ecn"] == "1"
+    for setup in (droptail, pfc):
+        assert not setup.tcp.ecn and setup.tcp.congestion_control == "cubic"
+        assert "net.ipv4.tcp_ecn" not in setup.host_sysctls()
     stock = platform({"reno", "cubic", "dctcp"})
-    assert mode_tcp(ECN, stock).congestion_control == "dctcp"
-    assert mode_tcp(DROPTAIL, stock).congestion_control == "cubic"
+    assert mode_tcp(True, stock).congestion_control == "dctcp"
+    assert mode_tcp(False, stock).congestion_control == "cubic"
     bare = platform({"reno"}, {"CONFIG_MODULES": "n", "CONFIG_TCP_CONG_CUBIC": "n"})
-    assert mode_tcp(DROPTAIL, bare).congestion_control == "reno"
+    assert mode_tcp(False, bare).congestion_control == "reno"
 
 
 def test_senders_spread_over_the_pods_and_never_include_the_receiver():
-    fabric = IncastConfig().fabric()
+    fabric = fat_tree(4, host_rate_mbit=RATE_MBIT)
     assert sender_hosts(fabric, "p0e0h0", 1) == ["p1e0h0"]
     three = sender_hosts(fabric, "p0e0h0", 3)
     assert sorted(name[:2] for name in three) == ["p1", "p2", "p3"]
     every = sender_hosts(fabric, "p0e0h0", MAX_FANIN)
     assert len(set(every)) == MAX_FANIN and "p0e0h0" not in every
     assert sender_hosts(fabric, "p0e0h0", 7) == every[:7]  # a sweep adds senders
+    assert sender_hosts(fabric, "p0e0h0", 4)[-1] == "p0e0h1"  # the receiver's own pod last
     assert sender_hosts(fabric, "p2e1h1", 1) == ["p3e0h0"]
     assert bottleneck_port(fabric, "p0e0h0") == "p0e0-eth1"
+    with pytest.raises(errors.ConfigError):
+        sender_hosts(fabric, "p0e0h0", 16)
 
 
 def test_the_driver_speaks_the_programs_command_line():
-    config = IncastConfig(response_bytes=1234, rounds=7, warmup_rounds=2, gap_s=0.05, dscp=26,
-                          round_timeout_s=9.5)
+    queries = Queries(response_bytes=1234, rounds=7, warmup=2, gap_s=0.05, dscp=26,
+                      round_timeout_s=9.5)
     client = program.build_parser().parse_args(
-        client_argv(["10.1.0.2", "10.2.0.2"], 5601, config)[3:])
+        client_argv(["10.1.0.2", "10.2.0.2"], 5601, queries)[3:])
     assert (client.mode, client.response_bytes, client.rounds, client.warmup, client.gap_s,
             client.dscp, client.round_timeout_s) == ("query", 1234, 7, 2, 0.05, 26, 9.5)
     assert program.parse_servers(client.servers, client.port) == [("10.1.0.2", 5601),
                                                                    ("10.2.0.2", 5601)]
     server = program.build_parser().parse_args(server_argv(5601, 26)[3:])
     assert (server.mode, server.port, server.dscp, server.connections) == ("serve", 5601, 26, 1)
+    # connecting, then 9 rounds of at most 9.55 s each, then the grace
+    assert queries.client_limit_s() == pytest.approx(
+        DEFAULT_CONNECT_TIMEOUT_S + 9 * 9.55 + CLIENT_GRACE_S)
+
+
+def test_the_experiment_asks_the_programs_for_its_params():
+    e = experiment(response_bytes=1234, rounds=7, warmup_rounds=2, gap_s=0.05, dscp=10,
+                   round_timeout_s=9.5)
+    assert e.queries() == Queries(1234, 7, 2, 0.05, 10, 9.5)
 
 
 # --- the program: framing ---------------------------------------------------------------------
@@ -349,9 +413,9 @@ def test_server_and_client_run_as_processes():
                               stdout=subprocess.PIPE, text=True)
     try:
         port = json.loads(server.stdout.readline())["listening_port"]
-        client = subprocess.run([sys.executable, "-m", "testbed.traffic.incast", "query", "--servers",
-                                 f"{LOOPBACK}:{port}", "--response-bytes", "100000",
-                                 "--rounds", "2", "--dscp", "26"],
+        client = subprocess.run([sys.executable, "-m", "testbed.traffic.incast", "query",
+                                 "--servers", f"{LOOPBACK}:{port}", "--response-bytes",
+                                 "100000", "--rounds", "2", "--dscp", "26"],
                                 capture_output=True, text=True, timeout=60)
         assert client.returncode == 0, client.stderr
         result = json.loads(client.stdout)
@@ -378,26 +442,30 @@ def test_percentiles_match_numpys_linear_rule():
         percentile([1.0], 101)
 
 
-def test_completion_statistics():
-    stats = completion_stats([0.1, 0.2, 0.3, 0.4, 1.0])
-    assert stats["count"] == 5 and stats["median_s"] == pytest.approx(0.3)
-    assert stats["max_s"] == 1.0 and stats["mean_s"] == pytest.approx(0.4)
-    assert 0.4 < stats["p99_s"] < 1.0
-    assert completion_stats([]) == {"count": 0, "mean_s": None, "median_s": None,
-                                    "p99_s": None, "max_s": None}
-
-
 def test_ideal_round_is_the_payload_at_link_rate():
     assert ideal_round_s(15, 65536, 10.0) == pytest.approx(15 * 65536 * 8 / 10e6)
 
 
-def measurement(mode: str = DROPTAIL, fanin: int = 2, round_s=(0.2, 0.4), timeouts: int = 0,
-                drops: int = 0, switch_drops: int | None = None, marks: int | None = None,
-                pfc: dict | None = None, rx: int = 1000, tx: int | None = None,
+
+
+def test_completion_statistics():
+    stats = completion_stats([0.1, 0.2, 0.3, 0.4, 1.0])
+    assert stats["count"] == 5 and stats["median_s"] == pytest.approx(0.3)
+    assert stats["max_s"] == 1.0 and stats["mean_s"] == pytest.approx(0.4)
+    # numpy's linear rule: rank 0.99 * 4 = 3.96, between 0.4 and 1.0
+    assert stats["p99_s"] == pytest.approx(0.4 + 0.96 * 0.6)
+    assert completion_stats([]) == {"count": 0, "mean_s": None, "median_s": None,
+                                    "p99_s": None, "max_s": None}
+
+
+def measurement(mode: str = DROPTAIL, fanin: int = 2, round_s=(0.2, 0.4, 0.3),
+                timeouts: int = 0, drops: int = 0, switch_drops: int | None = None,
+                marks: int | None = None, pauses: int | None = None, lossless_drops: int = 0,
+                rx: int = 1000, tx: int | None = None,
                 error: str | None = None) -> IncastMeasurement:
     senders = [f"s{i}" for i in range(fanin)]
     switch_drops = drops if switch_drops is None else switch_drops
-    m = IncastMeasurement(mode, fanin, "r", senders, 125_000, round_s=list(round_s),
+    m = IncastMeasurement(mode, fanin, "r", senders, RESPONSE_BYTES, round_s=list(round_s),
                           flow_s=[[t] * fanin for t in round_s],
                           send_spread_s=[1e-5] * len(round_s))
     m.tcp = {name: {"timeouts": 0, "retransmits": 0} for name in [*senders, "r"]}
@@ -407,14 +475,16 @@ def measurement(mode: str = DROPTAIL, fanin: int = 2, round_s=(0.2, 0.4), timeou
                   "queue_drops": switch_drops}
     if marks is not None:
         m.queues = {"path": "ebpf", "totals": {"marks": marks, "max_queue_bytes": 9000}}
-    m.pfc = pfc
+    if pauses is not None:
+        m.pfc = {"pause_frames_sent": pauses, "pause_frames_received": pauses,
+                 "paused_time_s": 0.1, "pause_storms": 0, "lossless_drops": lossless_drops}
     m.error = error
     return m
 
 
 def test_a_measurement_summary():
     s = summarize(measurement(fanin=2, round_s=(0.2, 0.4), timeouts=2, drops=7,
-                              switch_drops=5), rate_mbit=10.0)
+                              switch_drops=5), rate_mbit=RATE_MBIT)
     assert s["rounds_done"] == 2 and s["round"]["median_s"] == pytest.approx(0.3)
     assert s["flow"]["count"] == 4
     assert s["ideal_round_s"] == pytest.approx(0.2)  # 2 x 125 kB at 10 Mbit/s
@@ -424,17 +494,28 @@ def test_a_measurement_summary():
     assert (s["tcp_timeouts"], s["sender_timeouts"], s["tcp_retransmits"]) == (2, 2, 6)
     assert (s["queue_drops"], s["switch_queue_drops"], s["host_queue_drops"]) == (7, 5, 2)
     assert s["emulator_lost_packets"] == 0 and s["ce_marks"] is None
-    lossy = summarize(measurement(rx=1000, tx=900), rate_mbit=10.0)
+    assert s["pause_frames_sent"] is None and s["lossless_drops"] is None
+    paused = summarize(measurement(PFC, pauses=50, lossless_drops=1), RATE_MBIT)
+    assert (paused["pause_frames_sent"], paused["lossless_drops"]) == (50, 1)
+    lossy = summarize(measurement(rx=1000, tx=900), rate_mbit=RATE_MBIT)
     assert lossy["emulator_lost_packets"] == 100
     assert lossy["emulator_loss_fraction"] == pytest.approx(0.1)
-    empty = summarize(measurement(round_s=(), error="round 0: timed out"), rate_mbit=10.0)
+    empty = summarize(measurement(round_s=(), error="round 0: timed out"), rate_mbit=RATE_MBIT)
     assert empty["round"]["count"] == 0 and empty["goodput_mbit"] is None
     assert empty["error"] == "round 0: timed out"
 
 
+def test_a_measurement_line():
+    line = measurement_line(summarize(measurement(ECN, 2, (0.2, 0.4), timeouts=1, drops=3,
+                                                  marks=12), RATE_MBIT))
+    assert line == ("fan-in  2: 2 rounds, median 0.300 s, p99 0.398 s, max 0.400 s (ideal "
+                    "0.200 s); 3 queue drops, 1 TCP timeouts, 3 retransmits, 12 CE marks")
+    stopped = measurement_line(summarize(measurement(round_s=(), error="round 0: x"),
+                                         RATE_MBIT))
+    assert "no round completed" in stopped and stopped.endswith("STOPPED: round 0: x")
+
+
 # --- TCP counters -----------------------------------------------------------------------------
-
-
 NETSTAT = """TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes
 TcpExt: 0 12 4
 IpExt: InNoRoutes InOctets
@@ -478,148 +559,353 @@ def test_counter_deltas_per_host():
                                              "b": {"timeouts": 0, "retransmits": 2}}
 
 
-# --- PFC counters -----------------------------------------------------------------------------
 
 
-class PausingFabric:
-    def __init__(self, **values):
-        self.values = values
-
-    def pfc_summary(self) -> dict:
-        return dict(self.values)
+# --- checks -----------------------------------------------------------------------------------
 
 
-PFC_BEFORE = {"pause_frames_sent": 10, "pause_frames_received": 10, "paused_time_s": 0.5,
-              "lossless_drops": 0, "storms": 0}
+def results_of(*measurements: IncastMeasurement, capture: dict | None = None) -> dict:
+    """Each mode's results as ``Incast.measure`` returns them (what the checks read)."""
+    results: dict[str, dict] = {}
+    for m in measurements:
+        r = results.setdefault(m.mode, {"measurements": [], "summaries": [],
+                                        "dir": f"results/x/setups/{m.mode}"})
+        r["measurements"].append(asdict(m))
+        r["summaries"].append(summarize(m, RATE_MBIT))
+    if capture is not None:
+        results[PFC]["pause_capture"] = capture
+    return results
 
 
-def test_pfc_mode_needs_the_fabric_to_pause():
-    with pytest.raises(errors.TestbedError, match="pfc_summary"):
-        pfc_counters(object())
-    with pytest.raises(errors.TestbedError, match="lossless_drops"):
-        pfc_counters(PausingFabric(pause_frames_sent=0, pause_frames_received=0,
-                                   paused_time_s=0.0))
-    with pytest.raises(errors.TestbedError, match="--mode droptail --mode ecn"):
-        require_pfc_support(object)
-    require_pfc_support(PausingFabric)
-    assert pfc_counters(PausingFabric(**PFC_BEFORE)) == PFC_BEFORE
-
-
-def test_pfc_counters_over_a_measurement():
-    after = {**PFC_BEFORE, "pause_frames_sent": 25, "paused_time_s": 0.75}
-    delta = pfc_delta(PFC_BEFORE, after)
-    assert delta["pause_frames_sent"] == 15 and delta["pause_frames_received"] == 0
-    assert delta["paused_time_s"] == pytest.approx(0.25) and delta["lossless_drops"] == 0
-    assert delta["after"] == after
-
-
-# --- verdict, table, figures ------------------------------------------------------------------
-
-
-def pauses(sent: int, lossless_drops: int = 0) -> dict:
-    return {"pause_frames_sent": sent, "pause_frames_received": sent, "paused_time_s": 0.1,
-            "lossless_drops": lossless_drops}
-
-
-def result_of(*measurements: IncastMeasurement) -> IncastResult:
-    config = IncastConfig()
-    result = IncastResult(config={"rate_mbit": config.rate_mbit,
-                                  "response_bytes": 125_000})
-    result.measurements = list(measurements)
-    return result
-
-
-def textbook() -> IncastResult:
+def textbook() -> dict:
     """What the literature expects: drop-tail loses packets and waits for timeouts, ECN
     marks instead, PFC pauses instead and loses nothing."""
-    return result_of(
-        measurement(DROPTAIL, 1, (0.11, 0.12)),
-        measurement(DROPTAIL, 3, (0.35, 0.6), timeouts=1, drops=4),
+    return results_of(
+        measurement(DROPTAIL, 1, (0.11, 0.12, 0.11)),
+        measurement(DROPTAIL, 3, (0.35, 0.6, 0.4), timeouts=1, drops=4),
         measurement(DROPTAIL, 7, (0.9, 1.2, 1.6), timeouts=5, drops=40),
         measurement(ECN, 7, (0.75, 0.8, 0.85), marks=300),
-        measurement(PFC, 7, (0.72, 0.74, 0.8), pfc=pauses(50)),
+        measurement(PFC, 7, (0.72, 0.74, 0.8), pauses=50),
     )
 
 
-def test_the_verdict_states_what_the_textbook_case_shows():
-    v = verdict(textbook())
-    assert v["fanin"] == 7
-    assert all(v["checks"].values()), v["checks"]
-    assert v["timeout_onset_fanin"] == {DROPTAIL: 3, ECN: None, PFC: None}
-    assert v["emulator_trusted"] is True
-    text = "\n".join(v["statements"])
-    assert "NOT" not in text
-    assert "drop-tail, fan-in 7: 40 queue drops, 5 TCP timeouts" in text
-    assert "PFC, fan-in 7: 0 drops in the lossless class" in text
+def outcomes(checks) -> dict[tuple[str, str], str]:
+    return {(c.setup, c.name): c.outcome for c in checks}
 
 
-def test_the_verdict_says_when_the_expectations_fail():
-    v = verdict(result_of(
-        measurement(DROPTAIL, 7, (0.8, 0.8)),
-        measurement(ECN, 7, (0.8, 0.9), marks=0),
-        measurement(PFC, 7, (0.8, 0.9), drops=3, pfc=pauses(0, lossless_drops=3)),
-    ))
-    checks = v["checks"]
-    assert checks["droptail_drops"] is False and checks["droptail_timeouts"] is False
-    assert checks["ecn_marked"] is False
-    assert checks["ecn_fewer_timeouts"] is None  # no drop-tail timeouts to compare with
-    assert checks["pfc_lossless"] is False and checks["pfc_paused"] is False
-    assert checks["ecn_tail_below_droptail"] is False
-    text = "\n".join(v["statements"])
+def test_the_textbook_case_passes_every_check():
+    checks = incast_checks(textbook(), ROUNDS)
+    assert outcomes(checks) == {
+        (DROPTAIL, "every query completed"): "PASS",
+        (ECN, "every query completed"): "PASS",
+        (PFC, "every query completed"): "PASS",
+        (DROPTAIL, "drop-tail drops packets"): "PASS",
+        (DROPTAIL, "drop-tail waits for retransmission timeouts"): "PASS",
+        (ECN, "ECN marks"): "PASS",
+        (ECN, "ECN: fewer retransmission timeouts than drop-tail"): "PASS",
+        (PFC, "PFC: lossless-class drops"): "PASS",
+        (PFC, "PFC: switch queue drops"): "PASS",
+        (PFC, "PFC pauses instead"): "PASS",
+        (ECN, "ecn p99 query completion below drop-tail's"): "PASS",
+        (PFC, "pfc p99 query completion below drop-tail's"): "PASS",
+    }
+    by_name = {(c.setup, c.name): c for c in checks}
+    completed = by_name[(DROPTAIL, "every query completed")]
+    assert (completed.measured, completed.expected) == (9, ">= 9")  # 3 fan-ins x 3 rounds
+    # p99 by numpy's rule over 3 rounds: rank 1.98; drop-tail 1.2 + 0.98 * 0.4 = 1.592
+    tail = by_name[(ECN, "ecn p99 query completion below drop-tail's")]
+    assert tail.measured == pytest.approx(0.8 + 0.98 * 0.05)
+    assert tail.expected == f"<= {round(1.592 * (1 - FASTER_BY), 6):g}"
+    fewer = by_name[(ECN, "ECN: fewer retransmission timeouts than drop-tail")]
+    assert (fewer.measured, fewer.expected) == (0, "< 5")
+    assert by_name[(DROPTAIL, "drop-tail drops packets")].measured == 40
+    assert "40 queue drops" in by_name[(DROPTAIL, "drop-tail drops packets")].statement
+    assert not any("NOT" in c.statement for c in checks)
+
+
+def test_the_checks_say_when_the_expectations_fail():
+    checks = incast_checks(results_of(
+        measurement(DROPTAIL, 7, (0.8, 0.8, 0.8)),
+        measurement(ECN, 7, (0.8, 0.9, 0.9), marks=0),
+        measurement(PFC, 7, (0.8, 0.9, 0.9), drops=3, pauses=0, lossless_drops=3),
+    ), ROUNDS)
+    found = outcomes(checks)
+    assert found[(DROPTAIL, "drop-tail drops packets")] == "FAIL"
+    assert found[(DROPTAIL, "drop-tail waits for retransmission timeouts")] == "FAIL"
+    assert found[(ECN, "ECN marks")] == "FAIL"
+    # no drop-tail timeouts to compare with: not judged, and said why
+    assert found[(ECN, "ECN: fewer retransmission timeouts than drop-tail")] == "n/a"
+    assert found[(PFC, "PFC: lossless-class drops")] == "FAIL"
+    assert found[(PFC, "PFC: switch queue drops")] == "FAIL"
+    assert found[(PFC, "PFC pauses instead")] == "FAIL"
+    # 0.899 against drop-tail's 0.8: not 10% lower
+    assert found[(ECN, "ecn p99 query completion below drop-tail's")] == "FAIL"
+    assert found[(PFC, "pfc p99 query completion below drop-tail's")] == "FAIL"
+    text = "\n".join(c.statement for c in checks)
     assert "NOT as incast predicts" in text and "NOT lossless" in text
     assert "NOT at least 10% lower" in text and "no timeouts for ECN to remove" in text
-    worse = verdict(result_of(measurement(DROPTAIL, 7, (0.8,), timeouts=2, drops=5),
-                              measurement(ECN, 7, (0.9,), timeouts=3, marks=10)))
-    assert worse["checks"]["ecn_fewer_timeouts"] is False
-    assert "NOT fewer than drop-tail's 2" in "\n".join(worse["statements"])
 
 
-def test_modes_not_run_are_left_undecided():
-    v = verdict(result_of(measurement(DROPTAIL, 7, (1.0, 1.5), timeouts=2, drops=9)))
-    assert v["checks"]["droptail_timeouts"] is True
-    assert v["checks"]["ecn_marked"] is None and v["checks"]["pfc_lossless"] is None
-    assert v["checks"]["pfc_tail_below_droptail"] is None
-    assert verdict(result_of())["fanin"] is None
+def test_more_ecn_timeouts_than_drop_tail_fail():
+    checks = incast_checks(results_of(
+        measurement(DROPTAIL, 7, (0.8, 0.8, 0.8), timeouts=2, drops=5),
+        measurement(ECN, 7, (0.9, 0.9, 0.9), timeouts=3, marks=10)), ROUNDS)
+    [fewer] = [c for c in checks if c.name.startswith("ECN: fewer")]
+    assert fewer.passed is False and (fewer.measured, fewer.expected) == (3, "< 2")
+    assert "NOT fewer than drop-tail's 2" in fewer.statement
 
 
-def test_the_verdict_flags_an_emulator_that_lost_packets_and_stopped_rounds():
-    v = verdict(result_of(measurement(DROPTAIL, 7, (0.5,), rx=1000, tx=900,
-                                      error="round 1: 1 of 7 responses incomplete")))
-    assert v["emulator_trusted"] is False
-    text = "\n".join(v["statements"])
-    assert "may be the emulator's" in text and "stopped after 1 rounds" in text
+def test_the_tail_bound_at_its_tolerance():
+    drop_p99 = 1.0
+    bound = drop_p99 * (1 - FASTER_BY)
+    for ecn_s, passed in ((bound - 0.01, True), (bound, True), (bound + 0.01, False)):
+        checks = incast_checks(results_of(measurement(DROPTAIL, 7, (drop_p99,) * 3),
+                                          measurement(ECN, 7, (ecn_s,) * 3, marks=1)), ROUNDS)
+        [tail] = [c for c in checks if c.name.endswith("below drop-tail's")]
+        assert tail.passed is passed, ecn_s
+
+
+def test_modes_not_run_make_no_claims():
+    checks = incast_checks(results_of(measurement(DROPTAIL, 7, (1.0, 1.5, 1.2), timeouts=2,
+                                                  drops=9)), ROUNDS)
+    assert {c.setup for c in checks} == {DROPTAIL}
+    assert len(checks) == 3 and all(c.passed for c in checks)
+    pfc_only = incast_checks(results_of(measurement(PFC, 15, (0.8,) * 3, pauses=9)), ROUNDS)
+    assert [c.name for c in pfc_only] == ["every query completed", "PFC: lossless-class drops",
+                                          "PFC: switch queue drops", "PFC pauses instead"]
+    assert incast_checks({}, ROUNDS) == []
+    assert largest_fanin({}) == (None, {})
+
+
+def test_a_stopped_client_fails_its_modes_completion():
+    checks = incast_checks(results_of(
+        measurement(DROPTAIL, 3, (0.5, 0.6, 0.5)),
+        measurement(DROPTAIL, 7, (0.5,), error="round 1: 1 of 7 responses incomplete")),
+        ROUNDS)
+    [completed] = [c for c in checks if c.name == "every query completed"]
+    assert completed.passed is False and completed.measured == 4
+    assert "fan-in 7 stopped after 1 rounds: round 1: 1 of 7" in completed.statement
+
+
+def capture(frames: int = 40, agent_sent: int = 40) -> dict:
+    return {"pcap": "results/x/pause-frames.pcap", "host": "p0e0h1",
+            "interface": "p0e0h1-eth0", "sent_by": "p0e0-eth2", "congested": "p0e0-eth1",
+            "frames": frames, "pfc_frames": frames, "xoff_frames": frames // 2,
+            "xon_frames": frames // 2, "by_priority": {3: frames}, "sources": [],
+            "agent_sent": agent_sent, "agent_received": agent_sent, "kernel_dropped": 0,
+            "tcpdump": {}, "error": None}
+
+
+def test_a_capture_adds_its_checks_to_the_pfc_modes():
+    results = results_of(measurement(PFC, 15, (0.8,) * 3, pauses=40), capture=capture())
+    found = outcomes(incast_checks(results, ROUNDS))
+    assert found[(PFC, "tshark decodes the captured pause frames as PFC")] == "PASS"
+    assert found[(PFC, "captured pause frames against the agent's count")] == "PASS"
+    results[PFC]["pause_capture"] = capture(agent_sent=41)
+    found = outcomes(incast_checks(results, ROUNDS))
+    assert found[(PFC, "captured pause frames against the agent's count")] == "FAIL"
+
+
+def test_the_pause_agent_is_a_trust_check():
+    results = textbook()
+    results[PFC]["pause_agent_running"] = False
+    [check] = experiment().trust(results)
+    assert (check.setup, check.passed) == (PFC, False)
+    del results[PFC]["pause_agent_running"]
+    assert experiment().trust(results) == []
+
+
+# --- rows and figures -------------------------------------------------------------------------
+
+
+def test_rows_list_every_mode_and_fan_in_then_the_timeout_onset():
+    rows = experiment().rows(textbook())
+    assert [what for what, _ in rows] == [
+        "droptail, fan-in 1", "droptail, fan-in 3", "droptail, fan-in 7", "ecn, fan-in 7",
+        "pfc, fan-in 7", "first fan-in with an RTO"]
+    assert rows[-1][1] == "droptail 3, ecn none, pfc none"
+    ecn = dict(rows)["ecn, fan-in 7"]
+    assert ecn.startswith("3 queries: median 0.800 s, p99 0.849 s, max 0.850 s (ideal 0.700 s)")
+    assert ecn.endswith("0 drops, 0 RTOs, 0 retransmits, 300 CE marks")
+    assert dict(rows)["pfc, fan-in 7"].endswith("50 pause frames, 0 lossless drops")
+    with_capture = experiment().rows(results_of(measurement(PFC, 15, (0.8,) * 3, pauses=4),
+                                                capture=capture()))
+    assert with_capture[-1] == ("pause capture", (
+        "40 of 40 frames decoded as PFC by tshark (20 pause, 20 resume) in "
+        "results/x/pause-frames.pcap, on p0e0h1 (p0e0h1-eth0); the pause agent sent 40 on "
+        "that link"))
 
 
 def test_timeout_onset_is_the_smallest_fan_in_with_a_timeout():
-    rows = [summarize(m, 10.0) for m in textbook().measurements]
-    assert timeout_onset(rows, DROPTAIL) == 3 and timeout_onset(rows, ECN) is None
+    results = textbook()
+    assert timeout_onset(results[DROPTAIL]["summaries"]) == 3
+    assert timeout_onset(results[ECN]["summaries"]) is None
 
 
-def test_the_table_has_a_row_per_fan_in_and_mode():
-    lines = format_table(textbook()).strip().splitlines()
-    assert lines[0].split()[:3] == ["fan-in", "mode", "rounds"]
-    rows = [line.split() for line in lines[1:]]
-    assert [(r[0], r[1]) for r in rows] == [("1", DROPTAIL), ("3", DROPTAIL), ("7", DROPTAIL),
-                                            ("7", ECN), ("7", PFC)]
-    ecn_row = rows[3]
-    assert ecn_row[3] == "0.800"  # median s
-    assert ecn_row[-3] == "300" and ecn_row[-2] == "-" and ecn_row[-1] == "-"
-    assert rows[4][-2] == "50" and rows[4][-1] == "0"
+def test_a_summary_cell_without_rounds():
+    cell = summary_cell(summarize(measurement(round_s=(), error="connect: refused"), RATE_MBIT))
+    assert cell.startswith("0 queries: median - s, p99 - s, max - s")
+    assert "goodput -" in cell and cell.endswith("stopped: connect: refused")
 
 
-def test_results_and_figures_are_written(tmp_path):
-    paths = write_incast_results(textbook(), tmp_path)
-    assert [p.name for p in paths] == ["summary.json", "incast.png", "incast-fanin.png"]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert len(summary["summaries"]) == 5 and summary["verdict"]["fanin"] == 7
-    assert all(p.stat().st_size > 0 for p in paths)
+def assert_png(path: Path) -> None:
+    assert path.read_bytes()[:len(PNG_SIGNATURE)] == PNG_SIGNATURE
+
+
+def test_figures_for_a_sweep_and_for_one_fan_in(tmp_path):
+    paths = experiment().plots(textbook(), tmp_path, "run | fattree k=4 | 10 Mbit/s links")
+    assert [p.name for p in paths] == ["incast.png", "incast-fanin.png"]
+    for path in paths:
+        assert_png(path)
     single = tmp_path / "single"
     single.mkdir()
-    one = write_incast_results(result_of(measurement(DROPTAIL, 7, (0.5, 0.6)),
-                                         measurement(ECN, 7, ())), single)
-    assert [p.name for p in one] == ["summary.json", "incast.png"]
+    one = experiment().plots(results_of(measurement(DROPTAIL, 7, (0.5, 0.6)),
+                                        measurement(ECN, 7, ())), single, "run")
+    assert [p.name for p in one] == ["incast.png"]
+    assert experiment().plots({}, single, "run") == []
 
 
 # --- the command ------------------------------------------------------------------------------
 
 
+def test_the_earlier_flags_still_work(monkeypatch):
+    started = record_runs(monkeypatch)
+    main(["incast", "--sweep", "1,3,7", "--mode", "pfc", "--warmup", "2", "--rate-mbit", "20",
+          "--mtu", "9000", "--buffer-bytes", "300000", "--capture-pauses", "true", "--quiet"])
+    main(["incast", "--fanin", "7", "--modes", "droptail,ecn", "--quiet"])
+    sweep, single = started
+    p = sweep.experiment.params
+    assert (p.fanins, p.modes, p.warmup_rounds, p.buffer_bytes, p.capture_pauses) == (
+        [1, 3, 7], ["pfc"], 2, 300_000, True)
+    assert (sweep.experiment.rate_mbit, sweep.experiment.mtu_bytes) == (20.0, 9000)
+    assert [s.name for s in sweep.setups] == [PFC]
+    assert single.experiment.params.fanins == [7]
+    assert [s.name for s in single.setups] == [DROPTAIL, ECN]
+
+
+# --- measure, on a stand-in fabric -------------------------------------------------------------
+# Every program the experiment starts in a host is replaced by a stand-in of the same command
+# line: the servers exit, the client answers each round in (fan-in x 0.1) s, tcpdump writes
+# one pause and one resume frame to its pcap; counters move by known amounts. No namespace,
+# switch or packet is involved, but measure() runs as on a fabric.
+
+STAND_IN_QUERY = r"""
+import json, sys
+args = sys.argv[1:]
+servers = args[args.index("--servers") + 1].split(",")
+rounds, warmup = int(args[args.index("--rounds") + 1]), int(args[args.index("--warmup") + 1])
+n = len(servers)
+done = {"start_monotonic_s": 0.0, "round_s": 0.1 * n, "flow_s": [0.1 * n] * n,
+        "send_spread_s": 1e-5}
+print(json.dumps({"servers": servers, "warmup_rounds": [done] * warmup,
+                  "rounds": [done] * rounds, "error": None}))
+"""
+STAND_IN_TCPDUMP = r"""
+import signal, sys, time
+from scapy.layers.l2 import Ether
+from scapy.utils import wrpcap
+from testbed.plan.pfc_frames import xoff_frame, xon_frame
+path = sys.argv[sys.argv.index("-w") + 1]
+wrpcap(path, [Ether(xoff_frame("02:00:00:00:00:01", [3])),
+              Ether(xon_frame("02:00:00:00:00:01", [3]))])
+def stop(*_):
+    sys.stderr.write("2 packets captured\n2 packets received by filter\n"
+                     "0 packets dropped by kernel\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+sys.stderr.write("tcpdump: listening on p0e0h1-eth0\n")
+sys.stderr.flush()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def stand_in(argv: list[str]) -> list[str]:
+    if argv[0] == "cat":
+        return argv  # the TCP counters: this machine's own, read as they are
+    if argv[0] == "tcpdump":
+        return [sys.executable, "-c", STAND_IN_TCPDUMP, *argv[1:]]
+    if "serve" in argv:
+        return [sys.executable, "-c", "pass"]
+    assert "query" in argv, argv
+    return [sys.executable, "-c", STAND_IN_QUERY, *argv[argv.index("query") + 1:]]
+
+
+class StandInAgent:
+    """The pause agent's counters: two frames sent to p0e0h1 after the first reading."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def counters(self) -> dict:
+        self.reads += 1
+        sent = 0 if self.reads == 1 else 1
+        return {"interfaces": {
+            "p0e0-eth2": {"xoff_sent": sent, "xon_sent": sent, "frames_received": 0,
+                          "pauses": 0, "paused_s": 0.0, "storms": 0},
+            "p0e0h1-eth0": {"xoff_sent": 0, "xon_sent": 0, "frames_received": 2 * sent,
+                            "pauses": sent, "paused_s": 0.1 * sent, "storms": 0}}}
+
+    def alive(self) -> bool:
+        return True
+
+
+class StandInNet:
+    """What measure() uses of a FabricNetwork; each reading of a counter moves it on."""
+
+    def __init__(self, fabric, workdir: Path, pfc: bool):
+        self.fabric, self.workdir = fabric, workdir
+        self.pfc = StandInAgent() if pfc else None
+        self.readings: dict[str, int] = {}
+        self.started = []
+
+    def popen(self, host, argv, **kwargs):
+        self.started.append((host, argv[0] if argv[0] != sys.executable else argv[3]))
+        return subprocess.Popen(stand_in(argv), **kwargs)
+
+    def read(self, counter: str) -> int:
+        self.readings[counter] = self.readings.get(counter, 0) + 1
+        return self.readings[counter]
+
+    def queue_drops(self) -> int:
+        return 4 * self.read("drops")  # 4 more at every reading
+
+    def switch_counters(self) -> dict:
+        n = self.read("switches")
+        return {"rx_packets": 100 * n, "tx_packets": 100 * n, "queue_drops": 0}
+
+    def pfc_summary(self) -> dict:
+        return {"pause_frames_sent": 10 * self.read("pfc"), "pause_frames_received": 0,
+                "paused_time_s": 0.0, "pause_storms": 0, "lossless_drops": 0,
+                "agent_running": True}
+
+    def wait_switches_drained(self) -> int:
+        return 0
+
+
+def test_measure_runs_every_fan_in_and_keeps_the_capture(tmp_path, monkeypatch):
+    monkeypatch.setattr("testbed.experiments.incast.experiment.PFC_SETTLE_S", 0.0)
+    if shutil.which("tshark") is None:
+        pytest.fail("tshark is not installed; scripts/install.sh installs it")
+    e = experiment(fanins=[1, 3], rounds=2, modes=["pfc"], capture_pauses=True)
+    [setup] = e.setups()
+    net = StandInNet(setup.fabric, tmp_path, pfc=True)
+    result = e.measure(StandInRun(net, setup, tmp_path))
+    one, three = result["summaries"]
+    assert (one["fanin"], one["rounds_done"], one["round"]["median_s"]) == (1, 2, 0.1)
+    assert (three["fanin"], three["round"]["median_s"]) == (3, pytest.approx(0.3))
+    assert one["queue_drops"] == 4 and one["switch_queue_drops"] == 0  # one reading later
+    assert one["pause_frames_sent"] == 10 and one["lossless_drops"] == 0
+    assert (tmp_path / "fanin3" / "client.json").exists()
+    started = [what for _, what in net.started if what != "cat"]
+    assert started == ["tcpdump", "serve", "query", "serve", "serve", "serve", "query"]
+    capture = result["pause_capture"]
+    assert capture["pcap"] == str(tmp_path / "pause-frames.pcap")
+    assert (capture["frames"], capture["pfc_frames"], capture["xoff_frames"],
+            capture["xon_frames"]) == (2, 2, 1, 1)
+    assert (capture["agent_sent"], capture["agent_received"]) == (2, 2)
+    assert capture["tcpdump"] == {"captured": 2, "received": 2, "kernel_dropped": 0}
+    assert result["pause_agent_running"] is True and result["fidelity"]["trustworthy"]
+    results = {PFC: {**json.loads(json.dumps(result)), "dir": str(tmp_path)}}
+    assert [c.outcome for c in incast_checks(results, 2)] == ["PASS"] * 6
+    assert [c.outcome for c in e.trust(results)] == ["PASS"]

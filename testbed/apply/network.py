@@ -52,7 +52,7 @@ from testbed.apply.state import (
     processes_in_netns,
 )
 from testbed.errors import TestbedError
-from testbed.model.topology.base import Fabric
+from testbed.model.topology.base import Fabric, Link
 from testbed.plan import class_plan
 from testbed.plan.profiles import PFC_CLASSES, QueueConfig
 from testbed.plan.settings import SYSCTL_TCP_CC, sysctl_lines
@@ -212,14 +212,28 @@ def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) ->
     return args[1:]  # drop the leading "--"
 
 
+def root_ends(fabric: Fabric, link: Link) -> list[str]:
+    """The root-namespace interfaces of ``link``: both ends of a switch-to-switch link, the
+    switch's end of a host link."""
+    return [link.intf(end) for end, node in enumerate((link.a, link.b))
+            if not fabric.nodes[node].is_host]
+
+
 def link_interfaces(fabric: Fabric, a: str, b: str) -> list[str]:
-    """The root-namespace interfaces of the link between nodes ``a`` and ``b`` (both ends of
-    a switch-to-switch link, the switch's end of a host link)."""
+    """The root-namespace interfaces of the (first) link between nodes ``a`` and ``b``."""
     for link in fabric.links:
         if {link.a, link.b} == {a, b}:
-            return [link.intf(end) for end, node in enumerate((link.a, link.b))
-                    if not fabric.nodes[node].is_host]
+            return root_ends(fabric, link)
     raise TestbedError(f"{a} and {b} are not cabled together")
+
+
+def fping_argv(targets: list[str], probing_hosts: int, timeout_ms: int = 1000,
+               retries: int = 3) -> list[str]:
+    """One host's fping of ``targets``, printing the ones that answered, paced so that
+    ``probing_hosts`` probing at once stay within PROBE_RATE_PPS fabric-wide."""
+    interval_ms = max(1, math.ceil(probing_hosts * 1000 / PROBE_RATE_PPS))
+    return ["fping", "-a", "-q", "-i", str(interval_ms), "-r", str(retries), "-t",
+            str(timeout_ms), *targets]
 
 
 @dataclass
@@ -472,15 +486,13 @@ class FabricNetwork:
         hosts = self.fabric.hosts
         ips = [h.ip for h in hosts]
         reach = len(hosts) // 2
-        interval_ms = max(1, math.ceil(len(hosts) * 1000 / PROBE_RATE_PPS))
         targets = {}
         for i, node in enumerate(hosts):
             targets[node.name] = [ips[(i + d) % len(hosts)] for d in range(1, reach + 1)]
             if not targets[node.name]:
                 continue
-            self.hosts[node.name].sendCmd(
-                f"fping -a -q -i {interval_ms} -r {retries} -t {timeout_ms} "
-                + " ".join(targets[node.name]))
+            self.hosts[node.name].sendCmd(*fping_argv(targets[node.name], len(hosts),
+                                                      timeout_ms, retries))
         sent = received = 0
         for node in hosts:
             if not targets[node.name]:

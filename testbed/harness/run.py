@@ -189,14 +189,10 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
     """One setup: its fabric up and proven reachable (and its select groups and anycast
     service checked), the experiment's measurement under the failure schedule, the
     controller's files summarised, the fabric down."""
-    from testbed.measure.openflow import openflow_summary
-
     folder = setup_folder(workdir, resolved.setups, setup)
     with bring_up(resolved, setup, ledger, folder, log) as live:
         result = measure_setup(resolved, setup, live, folder, log, progress)
-    result["bring_up"]["timings_s"] = asdict(live.net.timings)
-    result["openflow"] = openflow_summary(folder, setup.fabric, result.get("window_monotonic_s"))
-    return result
+    return add_fabric_records(result, live.net, folder, setup.fabric)
 
 
 @dataclass
@@ -257,6 +253,16 @@ def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress)
         result.update(resolved.experiment.measure(run))
     if events:
         result["failures"] = schedule.applied
+    return result
+
+
+def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
+    """What a setup's results carry beside its measurement: the fabric's bring-up timings
+    and the controller's files in ``folder`` summarised over the measured window."""
+    from testbed.measure.openflow import openflow_summary
+
+    result["bring_up"]["timings_s"] = asdict(net.timings)
+    result["openflow"] = openflow_summary(folder, fabric, result.get("window_monotonic_s"))
     return result
 
 

@@ -6,110 +6,28 @@ here touches the machine."""
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from standins import StandInExperiment, StandInNetwork, standins  # noqa: F401 (a fixture)
 
-import testbed.apply.network
-import testbed.harness.run
-from testbed.apply.network import Timings
-from testbed.capabilities import detect
-from testbed.controllers.routing.fabric_state import FabricState
+import testbed.harness.progress
 from testbed import errors
-from testbed.harness.experiment import Experiment, Resolved, Setup, SetupRun
+from testbed.capabilities import detect
+from testbed.harness.experiment import Resolved
 from testbed.harness.run import FAILED, bring_up, measure_setup, run_scenario
 from testbed.harness.scenario import Scenario
-from testbed.model.topology.fattree import fat_tree
-from testbed.model.verdict import holds
 
 K = 4
 HOSTS = K ** 3 // 4
 PROBES = HOSTS * (HOSTS // 2)  # each host probes the next half of the hosts
 
 
-class StandInSwitchd:
-    """Answers dump-groups with as many select groups as the controller computed."""
-
-    def __init__(self, fabric, routing):
-        self.tables = FabricState(fabric, routing).tables
-
-    def dump_groups(self, bridge: str) -> str:
-        return "\n".join(f" group_id={i},type=select,bucket=actions=output:1"
-                         for i in range(len(self.tables[bridge].groups)))
-
-
-class StandInNetwork:
-    """What run_setup and prove_ready use of testbed.apply.network.FabricNetwork."""
-
-    made: list[StandInNetwork] = []
-
-    def __init__(self, fabric, workdir, ledger, datapath="user", routing="ecmp", log=print,
-                 queue=None, ecn_path=None, host_sysctls=None):
-        self.fabric, self.workdir, self.ledger = fabric, workdir, ledger
-        self.datapath, self.routing = datapath, routing
-        self.switchd = StandInSwitchd(fabric, routing)
-        self.timings = Timings(build_s=1.0, programmed_s=0.5)
-        self.stopped = False
-        StandInNetwork.made.append(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stopped = True
-        self.timings.stop_s = 0.25
-
-    def ping_all(self):
-        return PROBES, PROBES
-
-
-class StandInExperiment(Experiment):
-    name = "standin"
-    title = "stand-in"
-
-    def __init__(self, scenario, params, platform, fail: bool = False):
-        super().__init__(scenario, params, platform)
-        self.fail = fail
-        self.runs: list[SetupRun] = []
-
-    def setups(self):
-        return [Setup("fabric", self.fabric())]
-
-    def measure(self, run: SetupRun) -> dict:
-        self.runs.append(run)
-        if self.fail:
-            raise errors.TestbedError("the workload broke")
-        return {"value": 7}
-
-    def checks(self, results):
-        return [holds("value measured", results["fabric"]["value"] == 7)]
-
-    def rows(self, results):
-        return [("value", str(results["fabric"]["value"]))]
-
-
-@pytest.fixture
-def standins(monkeypatch):
-    """The machine's lock and ledger and FabricNetwork replaced; returns what was made."""
-    held = []
-
-    @contextmanager
-    def machine(run_id, log=print):
-        held.append(run_id)
-        yield "ledger"
-
-    StandInNetwork.made = []
-    monkeypatch.setattr(testbed.harness.run, "machine", machine)
-    monkeypatch.setattr(testbed.apply.network, "FabricNetwork", StandInNetwork)
-    return held
-
-
-def resolved_for(tmp_path: Path, fail: bool = False) -> Resolved:
-    scenario = Scenario(name="standin-run", experiment="allreduce", link_rate_mbit=6.0,
+def resolved_for(tmp_path: Path) -> Resolved:
+    scenario = Scenario(name="standin-run", experiment="standin", link_rate_mbit=6.0,
                         results_dir=str(tmp_path))
     platform = detect()
-    experiment = StandInExperiment(scenario, StandInExperiment.Params(), platform, fail)
+    experiment = StandInExperiment(scenario, StandInExperiment.Params(), platform)
     return Resolved(scenario, experiment, platform, experiment.setups(), None)
 
 
@@ -119,7 +37,7 @@ def test_a_run_brings_the_setup_up_measures_and_writes_its_summary(tmp_path, sta
     outcome = run_scenario(resolved, log=lines.append)
     (net,) = StandInNetwork.made
     assert net.stopped and net.datapath in ("user", "kernel") and net.routing == "ecmp"
-    (run,) = resolved.experiment.runs
+    (run,) = StandInExperiment.runs
     assert run.net is net and run.setup is resolved.setups[0] and run.workdir == outcome.workdir
     assert standins == [outcome.summary["run_id"]]
     fabric = resolved.setups[0].fabric
@@ -147,8 +65,9 @@ def test_a_run_brings_the_setup_up_measures_and_writes_its_summary(tmp_path, sta
 
 
 def test_a_failing_measurement_still_writes_the_summary_and_takes_the_fabric_down(
-        tmp_path, standins):
-    resolved = resolved_for(tmp_path, fail=True)
+        tmp_path, standins, monkeypatch):
+    monkeypatch.setattr(StandInExperiment, "fail_with", "the workload broke")
+    resolved = resolved_for(tmp_path)
     with pytest.raises(errors.TestbedError, match="the workload broke"):
         run_scenario(resolved, log=lambda m: None)
     (net,) = StandInNetwork.made
@@ -171,7 +90,7 @@ def test_a_setup_kept_up_is_measured_on_and_taken_down_only_at_the_end(tmp_path,
             assert result["value"] == 7 and result["bring_up"] == live.bring_up
         assert not live.net.stopped
     assert live.net.stopped and len(StandInNetwork.made) == 1
-    assert [r.net for r in resolved.experiment.runs] == [live.net, live.net]
+    assert [r.net for r in StandInExperiment.runs] == [live.net, live.net]
 
 
 def test_an_unreachable_pair_stops_the_bring_up(tmp_path, standins, monkeypatch):

@@ -83,12 +83,16 @@ def net_lines(fabric: Fabric) -> list[str]:
             for name in fabric.nodes]
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def group_lines(switch: str, text: str) -> list[str]:
     """``ovs-ofctl dump-groups`` output, one line a group: id, type and buckets."""
     from testbed.measure.ovs_tables import parse_groups
 
     groups = parse_groups(text)
-    return [f"{switch}: {len(groups)} groups",
+    return [f"{switch}: {plural(len(groups), 'group')}",
             *(f"  group {g.group_id} {g.type}: {' | '.join(g.buckets) or 'no buckets'}"
               for g in groups)]
 
@@ -99,7 +103,7 @@ def flow_lines(switch: str, text: str) -> list[str]:
     from testbed.measure.ovs_tables import parse_flows
 
     flows = parse_flows(text)
-    return [f"{switch}: {len(flows)} flows",
+    return [f"{switch}: {plural(len(flows), 'flow')}",
             *(f"  table {f.table} priority {f.priority} packets {f.packets} bytes {f.bytes}"
               f"  {f.match or '*'}  actions={f.actions}" for f in flows)]
 

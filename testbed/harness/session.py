@@ -187,9 +187,13 @@ def hold(spec: HolderSpec, log=print) -> int:
     ready = os.fdopen(spec.ready_fd, "w")
 
     def report(message: dict) -> None:
-        if not ready.closed:
+        if ready.closed:
+            return
+        try:
             ready.write(json.dumps(message) + "\n")
             ready.close()
+        except BrokenPipeError:  # ``testbed up`` stopped waiting (Ctrl-C): nobody to tell
+            log(f"nobody waits for the report {message}")
 
     log(f"holder pid {os.getpid()}: bringing up {spec.source} (run {spec.run_id})")
     try:

@@ -272,8 +272,9 @@ class Fabric:
         """An experiment's measurement on this fabric (its ``measure``, as ``testbed run``
         would run it on a fabric like this one), its checks and the emulator's trust judged,
         its summary.json, report and plots written to a folder below ``workdir``. Returns a
-        testbed.harness.run.Outcome. The experiment must measure on one fabric equal to this
-        one: the scenario's sections with ``experiment`` and ``params`` put in."""
+        testbed.harness.run.Outcome. The experiment sees the scenario this fabric came from
+        with ``experiment`` and ``params`` (its parameters; the scenario's own are not
+        used) put in, and must measure on one fabric equal to this one."""
         from testbed.harness.run import (
             add_fabric_records,
             measure_setup,

@@ -227,15 +227,12 @@ def cmd_status(args) -> int:
     import datetime
     from dataclasses import asdict
 
-    from testbed.harness.session import SessionState, describe
+    from testbed.harness.session import describe, running_session
 
-    state = SessionState.load()
-    if state is None:
-        print("no fabric is up")
-        return EXIT_VERDICT
-    if not state.holder_alive():
-        print(f"the fabric of run {state.run_id} lost its holder (pid {state.holder_pid}): "
-              "run `testbed clean`")
+    try:
+        state = running_session()
+    except TestbedError as exc:  # nothing up, or its holder gone
+        print(exc)
         return EXIT_VERDICT
     if args.json:
         print(json.dumps({**asdict(state), "live_hosts": state.live_hosts()}, indent=1))

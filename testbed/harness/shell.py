@@ -177,8 +177,8 @@ class FabricShell(cmd.Cmd):
             self.say(PROMPT + line)
         try:
             return self.execute(parse_command(line, self.fabric.ips, self.fabric.switch_names))
-        except TestbedError as exc:
-            self.failures += 1
+        except (TestbedError, OSError, subprocess.SubprocessError) as exc:
+            self.failures += 1  # the prompt goes on: a command that failed, not the session
             self.say(f"*** {exc}")
             return False
         except KeyboardInterrupt:

@@ -119,13 +119,13 @@ def test_up_reports_a_failed_bring_up_after_the_holder_took_it_down(machine, tmp
 
 def test_status_without_a_fabric(machine, capsys):
     assert main(["status"]) == EXIT_VERDICT
-    assert capsys.readouterr().out == "no fabric is up\n"
+    assert capsys.readouterr().out == "no fabric is up: start one with `testbed up SCENARIO`\n"
 
 
 def test_status_of_a_fabric_whose_holder_died(machine, tmp_path, capsys):
     state_for(os.getpid(), process_start_ticks(os.getpid()) + 1, tmp_path).save()
     assert main(["status"]) == EXIT_VERDICT
-    assert "lost its holder" in capsys.readouterr().out
+    assert "lost its holder (pid" in capsys.readouterr().out
 
 
 def test_status_of_a_fabric_that_is_up(machine, tmp_path, capsys):

@@ -186,6 +186,16 @@ def test_an_error_of_the_fabric_is_a_failed_command_not_the_end(monkeypatch):
     assert "h1-eth0<->s1-eth1 (up)" in out and shell.failures == 1
 
 
+def test_a_command_that_cannot_start_is_a_failed_command(monkeypatch):
+    def cannot_start(self, host, argv, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "mnexec")
+
+    monkeypatch.setattr(StandInAttached, "run", cannot_start)
+    _, shell, out = run_prompt("h1 ls\nnodes\n")
+    assert "*** [Errno 2] No such file or directory: 'mnexec'" in out
+    assert "hosts: h1 h2 h3" in out and shell.failures == 1
+
+
 def test_help_lists_every_command():
     _, _, out = run_prompt("help\n")
     for word in ("HOST CMD", "pingall", "iperf A B", "nodes", "links", "net",

@@ -236,6 +236,16 @@ def hold_fabric(spec: HolderSpec, report, log) -> int:
     return 0
 
 
+def holder_environment() -> dict[str, str]:
+    """This environment, with the testbed package that runs ``testbed up`` first on the
+    holder's import path: the holder runs the same code, wherever it is started from."""
+    import testbed
+
+    root = str(Path(testbed.__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+
+
 def start_holder(spec_without_fd: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
     """Start the holder detached (its own session, so the terminal's Ctrl-C and hang-up do
     not reach it; its output to ``log_path``); returns it and the read end of its pipe."""
@@ -245,7 +255,7 @@ def start_holder(spec_without_fd: dict, log_path: Path) -> tuple[subprocess.Pope
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(spec.argv(), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                    pass_fds=(write_fd,))
+                                    pass_fds=(write_fd,), env=holder_environment())
     except BaseException:
         os.close(read_fd)
         raise
@@ -339,4 +349,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m`` runs this file as __main__; the holder runs the module everyone imports,
+    # so that there is one SessionState class and one set of its settings.
+    from testbed.harness.session import main as holder_main
+
+    sys.exit(holder_main())

@@ -183,6 +183,28 @@ def test_no_report_in_time_is_an_error_and_waiting_shows_progress():
     assert len(calls) >= 2  # called while waiting, about every POLL_S
 
 
+def test_the_holder_runs_the_same_testbed_package_as_its_parent(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    root = str(Path(testbed.api.__file__).resolve().parents[1])
+    assert session.holder_environment()["PYTHONPATH"] == f"{root}{os.pathsep}/elsewhere"
+
+
+def test_a_holder_given_a_missing_scenario_reports_it_and_makes_nothing(tmp_path, monkeypatch):
+    """The real entry point, in a process of its own: it fails reading the scenario, before
+    the machine's lock is taken or anything is made."""
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)  # the package is found from anywhere
+    log = tmp_path / "holder.log"
+    proc, read_fd = session.start_holder(
+        {"source": str(tmp_path / "missing.yaml"), "overrides": {}, "setup": None,
+         "run_id": "r1", "workdir": str(tmp_path / "r1")}, log)
+    report = session.read_report(read_fd, 60)
+    assert proc.wait(WAIT_S) == 3
+    assert "missing.yaml: no such scenario file" in report["error"]
+    assert "failed: " in log.read_text()
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "state").exists()
+
+
 def test_the_log_is_followed_line_by_line(tmp_path):
     log = tmp_path / "holder.log"
     shown: list[str] = []

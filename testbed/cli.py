@@ -219,7 +219,8 @@ def cmd_up(args) -> int:
         proc.wait(session.DOWN_TIMEOUT_S)  # it has taken down what it made
         error = report["error"] if report else f"the holder exited ({proc.returncode})"
         raise TestbedError(f"the fabric did not come up: {error} (log: {log_path})")
-    print("\n".join(session.usage_lines(session.running_session())))
+    state = session.running_session()
+    print("\n".join(session.usage_lines(state, state.fabric())))
     return 0
 
 
@@ -283,6 +284,7 @@ def cmd_down(args) -> int:
     import time
 
     from testbed.apply.network import check_root
+    from testbed.apply.state import Ledger
     from testbed.harness import session
 
     check_root()
@@ -303,6 +305,9 @@ def cmd_down(args) -> int:
         raise TestbedError(f"the holder (pid {state.holder_pid}) is still taking the fabric "
                            f"down after {session.DOWN_TIMEOUT_S:.0f} s; see "
                            f"{state.workdir}/{session.HOLDER_LOG}")
+    if Ledger.load() is not None:  # the holder died before its clean-up finished
+        raise TestbedError(f"the holder of run {state.run_id} exited leaving part of the "
+                           "fabric: run `testbed clean`")
     print(f"[testbed] fabric down in {time.monotonic() - t0:.1f} s; its files: {state.workdir}")
     return EXIT_OK
 

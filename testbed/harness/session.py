@@ -139,18 +139,21 @@ def describe(state: SessionState, fabric, live_hosts: int, now: datetime.datetim
     ]
 
 
-def usage_lines(state: SessionState) -> list[str]:
-    """How to use a fabric that has just come up (``testbed up``'s last words)."""
-    hosts = list(state.ips)
-    a, b = hosts[0], hosts[-1]
+def usage_lines(state: SessionState, fabric) -> list[str]:
+    """How to use a fabric that has just come up (``testbed up``'s last words), with two of
+    its hosts, the first one's switch and a cable of that switch as examples."""
+    a, b = fabric.hosts[0].name, fabric.hosts[-1].name
+    switch, _ = fabric.host_attachment(a)
+    peers = [link.b if link.a == switch else link.a for link in fabric.links
+             if switch in (link.a, link.b)]
+    uplink = next((peer for peer in peers if not fabric.nodes[peer].is_host), a)
     return [
         f"fabric up: run {state.run_id}, held by pid {state.holder_pid}",
-        f"  testbed status                          what is up",
-        f"  testbed exec {a} -- ping -c1 {state.ips[b]}   a command on a host",
-        f"  testbed cli                             a prompt: {a} ping {b}, pingall, "
-        f"iperf {a} {b}, links, dump-groups {state.switches[0]}, "
-        f"link down A B",
-        f"  testbed down                            take it all down",
+        "  what is up:           testbed status",
+        f"  a command on a host:  testbed exec {a} -- ping -c1 {state.ips[b]}",
+        f"  a prompt:             testbed cli   ({a} ping {b}, pingall, iperf {a} {b}, links, "
+        f"dump-groups {switch}, link down {switch} {uplink}, help)",
+        "  take it all down:     testbed down",
         f"log: {Path(state.workdir) / HOLDER_LOG}",
     ]
 

@@ -32,6 +32,7 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setattr(testbed.apply.network, "check_root", lambda: None)
     monkeypatch.setattr(testbed.apply.state, "RunLock", lambda run_id: nullcontext())
     monkeypatch.setattr(session, "SESSION_PATH", tmp_path / "state" / "session.json")
+    monkeypatch.setattr(testbed.apply.state, "LEDGER_PATH", tmp_path / "state" / "state.json")
     started: list[dict] = []
 
     def no_holder(spec, log_path):
@@ -227,6 +228,24 @@ def test_down_signals_the_holder_and_waits_for_it(machine, tmp_path, capsys):
             holder.kill()
             holder.wait()
     assert "fabric down in" in capsys.readouterr().out
+
+
+def test_down_says_when_the_holder_left_part_of_the_fabric(machine, tmp_path, capsys):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while process_start_ticks(holder.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        state_for(holder.pid, process_start_ticks(holder.pid), tmp_path).save()
+        # a ledger never swept: the holder was killed half-way through its clean-up
+        testbed.apply.state.LEDGER_PATH.write_text(json.dumps({"run_id": "r1",
+                                                               "owner_pid": holder.pid}))
+        assert main(["down"]) == EXIT_RUN_FAILED
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+    assert "leaving part of the fabric: run `testbed clean`" in capsys.readouterr().err
 
 
 def test_down_after_the_holder_died_cleans_what_it_left(machine, tmp_path, monkeypatch,

@@ -125,11 +125,12 @@ def test_status_lines_say_what_is_up_since_when(tmp_path):
     assert "p0e0h0=10.0.0.2" in lines[4]
 
 
-def test_usage_names_a_real_host_pair_and_switch(tmp_path):
+def test_usage_names_a_real_host_pair_switch_and_uplink(tmp_path):
     state = state_for(42, 1, tmp_path)
-    text = "\n".join(session.usage_lines(state))
+    text = "\n".join(session.usage_lines(state, state.fabric()))
     assert "testbed exec p0e0h0 -- ping -c1 10.3.1.3" in text
-    assert "p0e0h0 ping p3e1h1" in text and "dump-groups c0" in text
+    assert "p0e0h0 ping p3e1h1" in text and "dump-groups p0e0" in text
+    assert "link down p0e0 p0a0" in text  # p0e0h0's switch and its first uplink
     assert f"{tmp_path}/holder.log" in text
 
 

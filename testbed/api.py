@@ -25,7 +25,6 @@ import subprocess
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 from testbed.errors import ConfigError, TestbedError

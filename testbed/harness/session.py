@@ -40,7 +40,6 @@ HOLDER_LOG = "holder.log"
 READY_TIMEOUT_S = 900.0  # a k=8 fat-tree is up in about 10 s; slow machines take longer
 DOWN_TIMEOUT_S = 180.0   # the holder's tear-down, before ``testbed down`` gives up on it
 POLL_S = 0.1
-LOG_TAIL_LINES = 15
 
 
 def now_iso() -> str:
@@ -311,13 +310,6 @@ def read_report(read_fd: int, timeout_s: float, meanwhile=lambda: None) -> dict 
         os.close(read_fd)
     line = data.split(b"\n", 1)[0]
     return json.loads(line) if line else None
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def signal_holder(state: SessionState, sig: int = signal.SIGTERM) -> None:

@@ -96,7 +96,8 @@ def test_a_setup_kept_up_is_measured_on_and_taken_down_only_at_the_end(tmp_path,
 def test_an_unreachable_pair_stops_the_bring_up(tmp_path, standins, monkeypatch):
     monkeypatch.setattr(StandInNetwork, "ping_all", lambda self: (PROBES, PROBES - 1))
     resolved = resolved_for(tmp_path)
-    with pytest.raises(errors.TestbedError, match=f"only {PROBES - 1}/{PROBES} reachability probes"):
+    answered = f"only {PROBES - 1}/{PROBES} reachability probes"
+    with pytest.raises(errors.TestbedError, match=answered):
         with bring_up(resolved, resolved.setups[0], "ledger", tmp_path, log=lambda m: None):
             pytest.fail("the fabric must not be handed over")
     assert StandInNetwork.made[0].stopped

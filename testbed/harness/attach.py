@@ -21,7 +21,7 @@ from testbed.model.topology.base import Fabric, Link
 
 MNEXEC = "mnexec"
 PING_TIMEOUT_MS = 1000
-PING_RETRIES = 1
+PING_RETRIES = 2  # a probe lost on a busy machine is not a host out of reach
 PING_WAIT_S = 60.0  # a whole pingall, before it counts as hung
 DEFAULT_IPERF_S = 5  # as Mininet's iperf
 

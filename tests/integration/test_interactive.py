@@ -80,8 +80,8 @@ def test_up_status_exec_cli_and_down_leave_nothing(fabric_up):
 
     # cli from a pipe: every pair reachable, the select groups OVS holds, a cable cut
     t_before_cut = time.monotonic()  # one clock for every process of the machine
-    cli = run_testbed("cli", stdin=f"pingall\ndump-groups {CUT[0]}\nlink down {CUT[0]} {CUT[1]}\n"
-                              "links\n")
+    cli = run_testbed("cli", stdin=f"pingall\ndump-groups {CUT[0]}\n"
+                                  f"link down {CUT[0]} {CUT[1]}\nlinks\n")
     assert cli.returncode == 0, cli.stdout
     assert "*** Results: 0% dropped (240/240 received)" in cli.stdout
     groups = expected_groups(CUT[0])
@@ -92,8 +92,9 @@ def test_up_status_exec_cli_and_down_leave_nothing(fabric_up):
     assert wait_for_event(events, "link_down", t_before_cut)
 
     # the controller routed around the cut: host names in commands become addresses
-    cli = run_testbed("cli", stdin=f"{A} ping -c3 -W2 {B}\nlink up {CUT[0]} {CUT[1]}\nlinks\n"
-                              f"iperf {A} {B} 2\nexit\n")
+    # (links after iperf: the restored ends have had seconds to report their state)
+    cli = run_testbed("cli", stdin=f"{A} ping -c3 -W2 {B}\nlink up {CUT[0]} {CUT[1]}\n"
+                                  f"iperf {A} {B} 2\nlinks\nexit\n")
     assert cli.returncode == 0, cli.stdout
     assert ping_received(cli.stdout) == 3
     assert f"{CUT_ENDS} (up)" in cli.stdout

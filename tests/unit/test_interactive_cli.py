@@ -8,13 +8,11 @@ import io
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from contextlib import nullcontext
 
 import pytest
-from test_session import WAIT_S, state_for
+from test_session import WAIT_S, child, state_for  # noqa: F401 (a fixture)
 from test_shell import StandInAttached
 
 import testbed.apply.network
@@ -214,37 +212,19 @@ def test_down_without_a_fabric(machine, capsys):
     assert capsys.readouterr().out == "no fabric is up\n"
 
 
-def test_down_signals_the_holder_and_waits_for_it(machine, tmp_path, capsys):
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while process_start_ticks(holder.pid) is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        state_for(holder.pid, process_start_ticks(holder.pid), tmp_path).save()
-        assert main(["down"]) == EXIT_OK
-        assert holder.wait(WAIT_S) == -signal.SIGTERM
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+def test_down_signals_the_holder_and_waits_for_it(machine, tmp_path, child, capsys):
+    state_for(child.pid, process_start_ticks(child.pid), tmp_path).save()
+    assert main(["down"]) == EXIT_OK
+    assert child.wait(WAIT_S) == -signal.SIGTERM
     assert "fabric down in" in capsys.readouterr().out
 
 
-def test_down_says_when_the_holder_left_part_of_the_fabric(machine, tmp_path, capsys):
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while process_start_ticks(holder.pid) is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        state_for(holder.pid, process_start_ticks(holder.pid), tmp_path).save()
-        # a ledger never swept: the holder was killed half-way through its clean-up
-        testbed.apply.state.LEDGER_PATH.write_text(json.dumps({"run_id": "r1",
-                                                               "owner_pid": holder.pid}))
-        assert main(["down"]) == EXIT_RUN_FAILED
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-        holder.wait()
+def test_down_says_when_the_holder_left_part_of_the_fabric(machine, tmp_path, child, capsys):
+    state_for(child.pid, process_start_ticks(child.pid), tmp_path).save()
+    # a ledger never swept: the holder was killed half-way through its clean-up
+    testbed.apply.state.LEDGER_PATH.write_text(json.dumps({"run_id": "r1",
+                                                           "owner_pid": child.pid}))
+    assert main(["down"]) == EXIT_RUN_FAILED
     assert "leaving part of the fabric: run `testbed clean`" in capsys.readouterr().err
 
 

@@ -8,10 +8,18 @@
     testbed topo | doctor | clean | bench          describe, inspect, recover, measure
     testbed calibrate                              the highest rate this machine holds
 
+    testbed up [SCENARIO] [--setup NAME] [...]     bring a fabric up and keep it up
+    testbed status [--json]                        what is up
+    testbed exec HOST -- CMD [ARG...]              a command in a host's namespaces
+    testbed cli                                    a Mininet-style prompt on the fabric
+    testbed down                                   take it down
+
 Exit status: 0 the run completed, every judged check passed and the emulator kept up; 1 a
 check failed or the emulator did not keep up (``--accept-failed`` / ``--accept-untrusted``
 accept that); 2 bad input (every problem printed, one per line, naming its field); 3 the run
-failed; 130 interrupted (everything the run created has been removed).
+failed; 130 interrupted (everything the run created has been removed). ``testbed exec``
+exits with its command's status; ``testbed cli`` with 1 when a command failed; ``testbed
+status`` with 1 when no fabric is up.
 """
 from __future__ import annotations
 
@@ -145,17 +153,165 @@ def cmd_doctor(args) -> int:
 
 def cmd_clean(args) -> int:
     from testbed.apply.network import check_root
-    from testbed.apply.state import Ledger, RunLock, clean
 
     check_root()
-    with RunLock("clean"):
+    clean_machine()
+    return 0
+
+
+def clean_machine() -> None:
+    """Remove what an interrupted run, or the holder of a fabric kept up, left behind."""
+    from testbed.apply.state import Ledger, RunLock, clean
+    from testbed.harness.session import SessionState
+
+    with RunLock("clean"):  # held: no run, and no holder of a fabric, is alive
         ledger = Ledger.load()
         if ledger is None:
             print("nothing to clean: no interrupted run on record")
-            return 0
-        removed = clean(ledger)
-        print(f"removed what run {ledger.run_id} left: {removed}")
+        else:
+            removed = clean(ledger)
+            print(f"removed what run {ledger.run_id} left: {removed}")
+        stale = SessionState.load()
+        if stale is not None:
+            SessionState.discard()
+            print(f"removed the record of fabric {stale.run_id}, whose holder is gone")
+
+
+# --- a fabric kept up: testbed up, status, exec, cli, down -----------------------------------
+
+
+def cmd_up(args) -> int:
+    """Bring a scenario's fabric up in a holder process and return once it is ready."""
+    from pathlib import Path
+
+    from testbed.api import choose_setup
+    from testbed.apply.network import check_root
+    from testbed.apply.state import RunLock
+    from testbed.harness import session
+    from testbed.harness.run import new_run_id
+    from testbed.harness.scenario import load
+
+    source = args.scenario or DEFAULT_SCENARIO
+    overrides = run_overrides(args)
+    resolved = load(source, overrides)
+    setup = choose_setup(resolved, args.setup)
+    check_root()
+    with RunLock("up"):
+        pass  # refused here, before anything is made, when the machine is busy
+    run_id = new_run_id(resolved.scenario.name)
+    workdir = (Path(resolved.scenario.results_dir) / run_id).resolve()
+    workdir.mkdir(parents=True)
+    log_path = workdir / session.HOLDER_LOG
+    print(f"[testbed] bringing up {resolved.scenario.name}: {setup.fabric.label()}, "
+          f"{len(setup.fabric.hosts)} hosts, {len(setup.fabric.switches)} switches "
+          f"(run {run_id})", flush=True)
+    proc, read_fd = session.start_holder(
+        {"source": source, "overrides": overrides, "setup": setup.name, "run_id": run_id,
+         "workdir": str(workdir)}, log_path)
+    follow = session.LogFollower(log_path, lambda line: print(line, flush=True))
+    try:
+        report = session.read_report(read_fd, session.READY_TIMEOUT_S, follow)
+    except BaseException:  # Ctrl-C or no answer in time: the holder takes it all down
+        proc.terminate()
+        proc.wait(session.DOWN_TIMEOUT_S)
+        follow()
+        raise
+    follow()
+    if report is None or "error" in report:
+        proc.wait(session.DOWN_TIMEOUT_S)  # it has taken down what it made
+        error = report["error"] if report else f"the holder exited ({proc.returncode})"
+        raise TestbedError(f"the fabric did not come up: {error} (log: {log_path})")
+    state = session.running_session()
+    print("\n".join(session.usage_lines(state, state.fabric())))
     return 0
+
+
+def cmd_status(args) -> int:
+    import datetime
+    from dataclasses import asdict
+
+    from testbed.harness.session import describe, running_session
+
+    try:
+        state = running_session()
+    except TestbedError as exc:  # nothing up, or its holder gone
+        print(exc)
+        return EXIT_VERDICT
+    if args.json:
+        print(json.dumps({**asdict(state), "live_hosts": state.live_hosts()}, indent=1))
+        return EXIT_OK
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print("\n".join(describe(state, state.fabric(), len(state.live_hosts()), now)))
+    return EXIT_OK
+
+
+def cmd_exec(args) -> int:
+    """Become the command, run in the host's namespaces: its output, input and exit status
+    are the command's own."""
+    import os
+
+    from testbed.apply.network import check_root
+    from testbed.apply.state import process_start_ticks
+    from testbed.harness.attach import exec_argv
+    from testbed.harness.session import running_session
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise ConfigError("exec", f"what should {args.host} run? `testbed exec {args.host} -- "
+                          "CMD [ARG...]`")
+    check_root()
+    state = running_session()
+    if args.host not in state.hosts:
+        raise ConfigError(args.host, f"no such host; hosts: {', '.join(state.hosts)}")
+    pid = state.hosts[args.host]
+    if process_start_ticks(pid) != state.host_start_ticks.get(args.host):
+        raise TestbedError(f"{args.host}'s shell (pid {pid}) is gone")
+    argv = exec_argv(pid, command)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return EXIT_RUN_FAILED  # not reached: execvp returns only by raising
+
+
+def cmd_cli(args) -> int:
+    from testbed.apply.network import check_root
+    from testbed.harness.session import running_session
+    from testbed.harness.shell import FabricShell
+
+    check_root()
+    failures = FabricShell(running_session().attach()).loop()
+    return EXIT_OK if failures == 0 else EXIT_VERDICT
+
+
+def cmd_down(args) -> int:
+    import time
+
+    from testbed.apply.network import check_root
+    from testbed.apply.state import Ledger
+    from testbed.harness import session
+
+    check_root()
+    state = session.SessionState.load()
+    if state is None:
+        print("no fabric is up")
+        return EXIT_OK
+    if not state.holder_alive():
+        print(f"the holder of run {state.run_id} (pid {state.holder_pid}) is gone: removing "
+              "what it left")
+        clean_machine()
+        return EXIT_OK
+    print(f"[testbed] taking down run {state.run_id} (holder pid {state.holder_pid})",
+          flush=True)
+    t0 = time.monotonic()
+    session.signal_holder(state)
+    if not session.wait_gone(state):
+        raise TestbedError(f"the holder (pid {state.holder_pid}) is still taking the fabric "
+                           f"down after {session.DOWN_TIMEOUT_S:.0f} s; see "
+                           f"{state.workdir}/{session.HOLDER_LOG}")
+    if Ledger.load() is not None:  # the holder died before its clean-up finished
+        raise TestbedError(f"the holder of run {state.run_id} exited leaving part of the "
+                           "fabric: run `testbed clean`")
+    print(f"[testbed] fabric down in {time.monotonic() - t0:.1f} s; its files: {state.workdir}")
+    return EXIT_OK
 
 
 def cmd_bench(args) -> int:
@@ -248,6 +404,49 @@ def add_experiment_commands(sub) -> None:
         parser.set_defaults(func=cmd_experiment, experiment=name, param_fields=list(fields))
 
 
+def add_fabric_flags(parser: argparse.ArgumentParser) -> None:
+    """The scenario flags ``testbed run`` and ``testbed up`` share."""
+    parser.add_argument("scenario", nargs="?", help=f"scenario YAML or bundled name (default "
+                        f"{DEFAULT_SCENARIO}; see scenarios/)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set any scenario field, e.g. --set params.size_bytes=4194304 "
+                             "(repeatable)")
+    parser.add_argument("--topology", help="topology family, e.g. fattree")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="topology parameter, e.g. --param k=4 (repeatable)")
+    parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s")
+    parser.add_argument("--mtu", type=int, help="MTU in bytes")
+    parser.add_argument("--routing", help="ecmp or single; minimal, valiant or ugal on a "
+                        "dragonfly")
+
+
+def add_session_commands(sub) -> None:
+    """``testbed up``, ``status``, ``exec``, ``cli`` and ``down``: a fabric kept up."""
+    up = sub.add_parser("up", help="bring a scenario's fabric up and keep it up (then exec, "
+                        "cli, status, down)")
+    add_fabric_flags(up)
+    up.add_argument("--setup", help="which of the scenario's fabrics, when it has several")
+    up.add_argument("--results", help="results folder (default results/)")
+    up.add_argument("--name", help="run name (part of the run id)")
+    up.set_defaults(func=cmd_up)
+
+    status = sub.add_parser("status", help="the fabric `testbed up` keeps, if any")
+    status.add_argument("--json", action="store_true", help="print the state as JSON")
+    status.set_defaults(func=cmd_status)
+
+    run_in = sub.add_parser("exec", help="run a command in a host of the fabric: testbed exec "
+                            "HOST -- CMD [ARG...]")
+    run_in.add_argument("host", help="host name, e.g. p0e0h0")
+    run_in.add_argument("command", nargs=argparse.REMAINDER, help="the command and its "
+                        "arguments, after --")
+    run_in.set_defaults(func=cmd_exec)
+
+    sub.add_parser("cli", help="a Mininet-style prompt on the fabric (commands also from a "
+                   "pipe)").set_defaults(func=cmd_cli)
+    sub.add_parser("down", help="take the fabric `testbed up` keeps down"
+                   ).set_defaults(func=cmd_down)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from testbed.harness.provenance import version_line
 
@@ -258,17 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineErrors)
 
     run = sub.add_parser("run", help="run a scenario (a YAML file, or a bundled scenario's name)")
-    run.add_argument("scenario", nargs="?", help=f"scenario YAML or bundled name (default "
-                     f"{DEFAULT_SCENARIO}; see scenarios/)")
-    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                     help="set any scenario field, e.g. --set params.size_bytes=4194304 "
-                          "(repeatable)")
-    run.add_argument("--topology", help="topology family, e.g. fattree")
-    run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                     help="topology parameter, e.g. --param k=4 (repeatable)")
-    run.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s")
-    run.add_argument("--mtu", type=int, help="MTU in bytes")
-    run.add_argument("--routing", help="ecmp or single; minimal, valiant or ugal on a dragonfly")
+    add_fabric_flags(run)
     run.add_argument("--size-bytes", type=int, help="AllReduce size in bytes (allreduce)")
     run.add_argument("--iters", type=int, help="timed iterations (allreduce)")
     run.add_argument("--warmup", type=int, help="warm-up iterations (allreduce)")
@@ -303,6 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
                    ).set_defaults(func=cmd_doctor)
     sub.add_parser("clean", help="remove what an interrupted run left behind"
                    ).set_defaults(func=cmd_clean)
+    add_session_commands(sub)
     bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")
     bench.add_argument("--output", default="results/bench.json", help="JSON output path")
     bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],

@@ -8,7 +8,10 @@ one OVS transaction); ``FabricNetwork`` applies them in as few steps as possible
 - links are veth pairs made over netlink (pyroute2), the host end created directly inside
   the host's namespace, never one ``ip`` process per interface;
 - every host configures its end (address, MTU, offloads, and its port's whole queue plan,
-  ``testbed.plan.port_queue``) in one command, all hosts in parallel;
+  ``testbed.plan.port_queue``) in one command, all hosts in parallel; that end is then
+  registered as the host's Mininet ``Intf`` (without touching it again), so ``IP()``,
+  ``MAC()``, ``defaultIntf()``, ``intfNames()``, ``cmd()`` and ``popen()`` answer as on any
+  Mininet host;
 - every switch end's whole queue plan (rate, buffer or class queues, ECN marking,
   impairment) is one ``tc -batch`` for all of them (and, on the eBPF marking path, one
   ``bpftool batch`` filling the marker's maps); all bridges, ports and controller settings
@@ -49,7 +52,7 @@ from testbed.apply.state import (
 )
 from testbed.errors import TestbedError
 from testbed.measure import counters
-from testbed.model.topology.base import Fabric
+from testbed.model.topology.base import Fabric, Link
 from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size buffers with it
     Impairment,
     default_buffer_bytes,  # noqa: F401
@@ -69,6 +72,8 @@ DRAIN_POLL_S = 0.05
 LINK_GROUP = 0x7E57
 PROBE_RATE_PPS = 4000  # fabric-wide reachability probes per second (see ping_all)
 HOST_START_THREADS = 16
+HOST_PREFIX_LEN = 8  # every host address is in 10.0.0.0/8 (testbed.model.topology.base)
+HOST_PORT = 0  # a host's only interface is its port 0, eth0, as in Mininet
 # Feature names (ethtool -k) that OFFLOADS_OFF turns off: checksums, segmentation, GRO.
 OFFLOAD_FEATURE_PREFIXES = ("tx-checksum", "rx-checksum", "tx-tcp", "tx-udp-segmentation",
                             "tx-generic-segmentation", "rx-gro")
@@ -121,7 +126,7 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     ip_batch = [
         "link set lo up",
         f"link set dev {intf} address {node.mac} mtu {fabric.mtu_bytes}",
-        f"addr add {node.ip}/8 dev {intf}",
+        f"addr add {node.ip}/{HOST_PREFIX_LEN} dev {intf}",
         f"link set dev {intf} up",
         *(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
           for h in fabric.hosts if h.name != host),
@@ -162,6 +167,30 @@ def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) ->
             args += ["--", "add-port", sw.name, intf, "qos=@noop",
                      "--", "set", "interface", intf, f"ofport_request={port}"]
     return args[1:]  # drop the leading "--"
+
+
+def root_ends(fabric: Fabric, link: Link) -> list[str]:
+    """The root-namespace interfaces of ``link``: both ends of a switch-to-switch link, the
+    switch's end of a host link."""
+    return [link.intf(end) for end, node in enumerate((link.a, link.b))
+            if not fabric.nodes[node].is_host]
+
+
+def link_interfaces(fabric: Fabric, a: str, b: str) -> list[str]:
+    """The root-namespace interfaces of the (first) link between nodes ``a`` and ``b``."""
+    for link in fabric.links:
+        if {link.a, link.b} == {a, b}:
+            return root_ends(fabric, link)
+    raise TestbedError(f"{a} and {b} are not cabled together")
+
+
+def fping_argv(targets: list[str], probing_hosts: int, timeout_ms: int = 1000,
+               retries: int = 3) -> list[str]:
+    """One host's fping of ``targets``, printing the ones that answered, paced so that
+    ``probing_hosts`` probing at once stay within PROBE_RATE_PPS fabric-wide."""
+    interval_ms = max(1, math.ceil(probing_hosts * 1000 / PROBE_RATE_PPS))
+    return ["fping", "-a", "-q", "-i", str(interval_ms), "-r", str(retries), "-t",
+            str(timeout_ms), *targets]
 
 
 @dataclass
@@ -240,6 +269,7 @@ class FabricNetwork:
                 self.switchd.vsctl(["--no-wait", *ovs_transaction(
                     self.fabric, self.switchd.datapath_type, self.controller.port)], OVS_TIMEOUT_S)
                 self._configure_hosts()
+                self._register_host_interfaces()
                 self._disable_switch_offloads()
                 self._queue_switch_ports()
                 if self.pfc is not None:
@@ -331,6 +361,12 @@ class FabricNetwork:
         if failed:
             raise TestbedError(f"host set-up failed on {len(failed)} hosts; first: {failed[0]}")
 
+    def _register_host_interfaces(self) -> None:
+        """Each host's configured eth0 as its Mininet Intf (``register_host_interface``)."""
+        for node in self.fabric.hosts:
+            link, end = self.fabric.host_link(node.name)
+            register_host_interface(self.hosts[node.name], link.intf(end), node.ip, node.mac)
+
     def _disable_switch_offloads(self) -> None:
         """Offloads off on every switch end (what ``ethtool -K`` with OFFLOADS_OFF does), over
         the ethtool ioctl from this process: about a millisecond per port."""
@@ -368,20 +404,15 @@ class FabricNetwork:
         return self.hosts[name]
 
     def link_interfaces(self, a: str, b: str) -> list[str]:
-        """The root-namespace interfaces of the link between nodes ``a`` and ``b`` (both ends
-        of a switch-to-switch link, the switch's end of a host link)."""
-        for link in self.fabric.links:
-            if {link.a, link.b} == {a, b}:
-                return [link.intf(end) for end, node in enumerate((link.a, link.b))
-                        if not self.fabric.nodes[node].is_host]
-        raise TestbedError(f"{a} and {b} are not cabled together")
+        """The root-namespace interfaces of the link between nodes ``a`` and ``b``."""
+        return link_interfaces(self.fabric, a, b)
 
     def set_link(self, a: str, b: str, up: bool) -> float:
         """Take the link between ``a`` and ``b`` down or up (its root-namespace ends: the
         switches see the port change, as on a cut cable); returns the monotonic time just
         before."""
         t = time.monotonic()
-        self._set_interfaces(self.link_interfaces(a, b), up)
+        set_interfaces(self.link_interfaces(a, b), up)
         return t
 
     def set_switch(self, name: str, up: bool) -> float:
@@ -390,21 +421,13 @@ class FabricNetwork:
         t = time.monotonic()
         intfs = [intf for switch, _, intf, _ in self.fabric.switch_ends() if switch == name]
         if up:
-            self._set_interfaces(intfs, True)
+            set_interfaces(intfs, True)
             self.switchd.vsctl(["set-controller", name,
                                 f"tcp:127.0.0.1:{self.controller.port}"])
         else:
             self.switchd.vsctl(["del-controller", name])
-            self._set_interfaces(intfs, False)
+            set_interfaces(intfs, False)
         return t
-
-    def _set_interfaces(self, intfs: list[str], up: bool) -> None:
-        from pyroute2 import IPRoute
-
-        with IPRoute() as ipr:
-            for intf in intfs:
-                ipr.link("set", index=ipr.link_lookup(ifname=intf)[0],
-                         state="up" if up else "down")
 
     def restart_controller(self) -> float:
         """Stop the controller and start a new one on the same port and files; returns the
@@ -434,15 +457,13 @@ class FabricNetwork:
         hosts = self.fabric.hosts
         ips = [h.ip for h in hosts]
         reach = len(hosts) // 2
-        interval_ms = max(1, math.ceil(len(hosts) * 1000 / PROBE_RATE_PPS))
         targets = {}
         for i, node in enumerate(hosts):
             targets[node.name] = [ips[(i + d) % len(hosts)] for d in range(1, reach + 1)]
             if not targets[node.name]:
                 continue
-            self.hosts[node.name].sendCmd(
-                f"fping -a -q -i {interval_ms} -r {retries} -t {timeout_ms} "
-                + " ".join(targets[node.name]))
+            self.hosts[node.name].sendCmd(*fping_argv(targets[node.name], len(hosts),
+                                                      timeout_ms, retries))
         sent = received = 0
         for node in hosts:
             if not targets[node.name]:
@@ -540,6 +561,36 @@ class FabricNetwork:
                         ipr.link("del", index=found[0])
                     except NetlinkError:
                         pass  # its peer went first and took it along
+
+
+def register_host_interface(host, intf: str, ip: str, mac: str):
+    """Make ``intf``, already in ``host``'s namespace and configured by its set-up script, the
+    host's Mininet interface (port 0) without creating, moving or configuring it again: Mininet
+    then answers ``host.IP()``, ``MAC()``, ``defaultIntf()`` and ``intfNames()`` from it, as for
+    an interface it made itself. Returns the mininet.link.Intf."""
+    from mininet.link import Intf
+
+    # moveIntfFn: the interface was born in the namespace; up=None: it is up already (Intf
+    # would otherwise run ifconfig), and no ip/mac given to Intf, which would set them again.
+    registered = Intf(intf, node=host, port=HOST_PORT, moveIntfFn=_born_in_namespace, up=None)
+    registered.ip, registered.prefixLen, registered.mac = ip, HOST_PREFIX_LEN, mac
+    return registered
+
+
+def _born_in_namespace(intf: str, node) -> None:
+    """Mininet's moveIntfFn for an interface created inside the node's namespace: no move."""
+
+
+def set_interfaces(intfs: list[str], up: bool) -> None:
+    """Root-namespace interfaces administratively up or down, over netlink."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        for intf in intfs:
+            found = ipr.link_lookup(ifname=intf)
+            if not found:
+                raise TestbedError(f"no interface {intf}: is the fabric up?")
+            ipr.link("set", index=found[0], state="up" if up else "down")
 
 
 def check_root() -> None:

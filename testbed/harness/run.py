@@ -117,13 +117,33 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
     report. A run that fails or is interrupted part-way still writes summary.json (with its
     status and error) and a report of what it measured, then re-raises."""
     from testbed.harness.progress import Progress
-    from testbed.harness.provenance import provenance
 
     scenario, experiment = resolved.scenario, resolved.experiment
     progress = progress or Progress(log)
     run_id = new_run_id(scenario.name)
     workdir = Path(scenario.results_dir) / run_id
-    summary = {
+    summary = start_summary(resolved, run_id, workdir)
+    log(f"run {run_id}: {experiment.headline()}")
+    log(f"link rate {experiment.rate_mbit:g} Mbit/s: {experiment.rate_decision[1]}")
+
+    def run_setups(results: dict) -> None:
+        with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+            write_config(workdir, summary)
+            for index, setup in enumerate(resolved.setups, 1):
+                if len(resolved.setups) > 1:
+                    log(f"setup {index}/{len(resolved.setups)} {setup.name}: "
+                        f"{setup.description or setup.fabric.kind}")
+                results[setup.name] = run_setup(resolved, setup, ledger, workdir, log, progress)
+
+    return recorded(summary, experiment, workdir, log, run_setups)
+
+
+def start_summary(resolved, run_id: str, workdir: Path) -> dict:
+    """summary.json as a run starts: what runs, on what, from where; status ``running``."""
+    from testbed.harness.provenance import provenance
+
+    scenario, experiment = resolved.scenario, resolved.experiment
+    return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "experiment": experiment.name,
         "title": experiment.title, "headline": experiment.headline(), "status": RUNNING,
         "error": None, "started_at": _now(), "finished_at": None,
@@ -136,20 +156,23 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
         "setups": {s.name: s.describe() for s in resolved.setups},
         "results": {}, "verdict": None, "plots": [], "report": None,
     }
+
+
+def write_config(workdir: Path, summary: dict) -> None:
+    """The run folder, with config.json: the scenario as validated and the parameters."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.json").write_text(json.dumps(
+        {"scenario": summary["scenario"], "params": summary["params"]}, indent=1))
+
+
+def recorded(summary: dict, experiment, workdir: Path, log, work) -> Outcome:
+    """Call ``work(results)``, which fills ``results`` (setup name -> what was measured), and
+    finish the run however it ends: complete, failed (the error kept) or interrupted, with
+    the verdict, plots, summary.json and report of what was measured; errors re-raised."""
     results: dict[str, dict] = {}
-    log(f"run {run_id}: {experiment.headline()}")
-    log(f"link rate {experiment.rate_mbit:g} Mbit/s: {experiment.rate_decision[1]}")
     t0 = time.monotonic()
     try:
-        with interrupts_as_exceptions(), machine(run_id, log) as ledger:
-            workdir.mkdir(parents=True, exist_ok=True)
-            (workdir / "config.json").write_text(json.dumps(
-                {"scenario": summary["scenario"], "params": summary["params"]}, indent=1))
-            for index, setup in enumerate(resolved.setups, 1):
-                if len(resolved.setups) > 1:
-                    log(f"setup {index}/{len(resolved.setups)} {setup.name}: "
-                        f"{setup.description or setup.fabric.kind}")
-                results[setup.name] = run_setup(resolved, setup, ledger, workdir, log, progress)
+        work(results)
         summary["status"] = COMPLETE
     except KeyboardInterrupt:
         summary["status"], summary["error"] = INTERRUPTED, "interrupted"
@@ -168,16 +191,33 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
     """One setup: its fabric up and proven reachable (and its select groups and anycast
     service checked), the experiment's measurement under the failure schedule, the
     controller's files summarised, the fabric down."""
+    folder = setup_folder(workdir, resolved.setups, setup)
+    with bring_up(resolved, setup, ledger, folder, log) as live:
+        result = measure_setup(resolved, setup, live, folder, log, progress)
+    return add_fabric_records(result, live.net, folder, setup.fabric)
+
+
+@dataclass
+class LiveSetup:
+    """A setup's fabric, up and proven ready (``bring_up``): the network, what proving it
+    found, and the ECN settings its queues were given (None without a queue section)."""
+
+    net: object  # testbed.apply.network.FabricNetwork
+    bring_up: dict
+    ecn: object = None  # testbed.plan.settings.EcnSettings
+
+
+@contextmanager
+def bring_up(resolved, setup, ledger, folder: Path, log):
+    """A setup's fabric up in ``folder`` (its raw files) and proven ready (``prove_ready``),
+    as a LiveSetup for the block; down when the block ends, however it ends. The run's lock
+    and ledger (``machine``) are the caller's."""
     from testbed.apply.controller import write_anycast
-    from testbed.apply.failures import FailureEvent, FailureSchedule
     from testbed.apply.network import FabricNetwork
-    from testbed.harness.experiment import SetupRun
-    from testbed.measure.openflow import openflow_summary
     from testbed.plan.port_queue import Impairment, link_impairments
     from testbed.plan.settings import EcnSettings
 
-    scenario, experiment = resolved.scenario, resolved.experiment
-    folder = setup_folder(workdir, resolved.setups, setup)
+    scenario = resolved.scenario
     folder.mkdir(parents=True, exist_ok=True)
     if setup.anycast is not None:
         write_anycast(folder, setup.anycast)
@@ -191,12 +231,9 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
         sample_ms = scenario.queue.sample_ms if scenario.queue is not None else 0.0
         ecn = EcnSettings(setup.queue, (setup.queue_record or {}).get("ecn"),
                           resolved.ecn_path, sample_ms)
-    events = [FailureEvent(e.at_s, e.action, tuple(e.link) if e.link else None, e.switch)
-              for e in scenario.failures]
     impairments = link_impairments(fabric, [
         (spec.link, Impairment(spec.delay_ms, spec.jitter_ms, spec.loss_percent))
         for spec in scenario.impairments])
-    result: dict = {"dir": str(folder)}
     with FabricNetwork(fabric, folder, ledger, datapath=datapath, routing=setup.routing,
                        log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
                        host_sysctls=setup.host_sysctls(), impairments=impairments) as net:
@@ -204,12 +241,32 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
         log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
             f"{len(fabric.switches)} switches programmed by the controller "
             f"{t.programmed_s:.1f} s later")
-        result["bring_up"] = prove_ready(net, setup, log)
-        run = SetupRun(net, setup, folder, log, progress, ecn)
-        with FailureSchedule(net, events, log) as schedule:
-            result.update(experiment.measure(run))
-        if events:
-            result["failures"] = schedule.applied
+        yield LiveSetup(net, prove_ready(net, setup, log), ecn)
+
+
+def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress) -> dict:
+    """The experiment's measurement on a live setup, under the scenario's failure schedule;
+    raw files go to ``folder``. Returns the setup's results (with its ``dir`` and
+    ``bring_up``, and the ``failures`` applied when there is a schedule)."""
+    from testbed.apply.failures import FailureEvent, FailureSchedule
+    from testbed.harness.experiment import SetupRun
+
+    events = [FailureEvent(e.at_s, e.action, tuple(e.link) if e.link else None, e.switch)
+              for e in resolved.scenario.failures]
+    result: dict = {"dir": str(folder), "bring_up": dict(live.bring_up)}
+    run = SetupRun(live.net, setup, folder, log, progress, live.ecn)
+    with FailureSchedule(live.net, events, log) as schedule:
+        result.update(resolved.experiment.measure(run))
+    if events:
+        result["failures"] = schedule.applied
+    return result
+
+
+def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
+    """What a setup's results carry beside its measurement: the fabric's bring-up timings
+    and the controller's files in ``folder`` summarised over the measured window."""
+    from testbed.measure.openflow import openflow_summary
+
     result["bring_up"]["timings_s"] = asdict(net.timings)
     result["openflow"] = openflow_summary(folder, fabric, result.get("window_monotonic_s"))
     return result

@@ -222,17 +222,25 @@ class Requester:
         return (not self.error and self.tx < self.posted and now_s >= self.rnr_until_s
                 and self.tx - self.una < self.max_outstanding_packets)
 
-    def next_burst(self, now_s: float, max_packets: int) -> Burst | None:
-        """The next run of at most ``max_packets`` packets of one message to transmit."""
+    def next_burst(self, now_s: float, max_packets: int, request_ack: bool = False) -> Burst | None:
+        """The next run of at most ``max_packets`` packets of one message to transmit.
+
+        The last packet of the run asks for an ACK when ``request_ack`` (the caller stops
+        here, e.g. at its congestion window) or when the run fills the outstanding window:
+        otherwise a window smaller than the ACK coalescing period would wait for an ACK the
+        responder has no reason to send before the timeout.
+        """
         if not self.has_work(now_s) or max_packets < 1:
             return None
         wqe = self._wqes[self._tx_pos] if 0 <= self._tx_pos < len(self._wqes) else None
         if wqe is None or not wqe.first <= self.tx < wqe.end:
             self._tx_pos = self._position_of(self.tx)
             wqe = self._wqes[self._tx_pos]
-        count = min(max_packets, wqe.end - self.tx,
-                    self.una + self.max_outstanding_packets - self.tx)
+        room = self.una + self.max_outstanding_packets - self.tx
+        count = min(max_packets, wqe.end - self.tx, room)
         burst = Burst(wqe, self.tx - wqe.first, count)
+        if request_ack or count == room:
+            wqe.codes[burst.index + count - 1] |= ACKREQ_CODE_BIT
         if self.tx < self.max_sent:
             self.retransmitted_packets += min(count, self.max_sent - self.tx)
         self.inflight_bytes += wqe.bytes_between(self.tx, self.tx + count, self.mtu_bytes)

@@ -36,8 +36,8 @@ import math
 import random
 import select
 import socket
-import struct
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -59,6 +59,9 @@ MR_BASE_ADDR = 0x7F00_0000_0000
 MAX_DATAGRAM_BYTES = 65536
 RECEIVE_BATCH = 256     # datagrams drained per progress call before timers and sends run
 MIN_DEPTH_PACKETS = 4   # token bucket depth floor
+_MIN_DATAGRAM_BYTES = wire.BTH_BYTES + wire.ICRC_BYTES
+_BTH_MASKED_OFFSET = 4
+_DATA_OPCODES = frozenset(int(op) for op in wire.DATA_OPCODES)
 _ANC_BYTES = socket.CMSG_SPACE(4)
 
 
@@ -245,7 +248,10 @@ class Engine:
     # --- receive -------------------------------------------------------------------------------
 
     def _receive(self, now: float) -> int:
-        recvmsg_into, rview = self.sock.recvmsg_into, self._rview
+        """Drain the socket; dispatch each datagram (the per-packet receive path: keep it lean)."""
+        recvmsg_into, rview, buf = self.sock.recvmsg_into, self._rview, self._rbuf
+        unpack_bth, unpack_icrc, crc32 = wire.BTH_STRUCT.unpack_from, wire.ICRC_STRUCT.unpack_from, zlib.crc32
+        qps, verify, stats = self._qps, self.config.verify_icrc, self.stats
         count = 0
         while count < RECEIVE_BATCH:
             try:
@@ -253,37 +259,40 @@ class Engine:
             except BlockingIOError:
                 break
             count += 1
-            self._on_datagram(length, anc[0][2][0] if anc else 0, now)
-        self.stats["datagrams_received"] += count
+            if length < _MIN_DATAGRAM_BYTES:
+                stats["malformed"] += 1
+                continue
+            opcode, flags, _pkey, qpn_word, psn_word = unpack_bth(buf, 0)
+            qp = qps.get(qpn_word & 0xFFFFFF)
+            if qp is None or qp.rx_seeds is None:
+                stats["unknown_qp"] += 1
+                continue
+            if verify:
+                # the ICRC covers the BTH byte with FECN/BECN as ones (see wire)
+                end = length - wire.ICRC_BYTES
+                saved = buf[_BTH_MASKED_OFFSET]
+                buf[_BTH_MASKED_OFFSET] = 0xFF
+                crc = crc32(rview[:end], qp.rx_seeds(length))
+                buf[_BTH_MASKED_OFFSET] = saved
+                if crc != unpack_icrc(buf, end)[0]:
+                    stats["icrc_errors"] += 1
+                    continue
+            if opcode in _DATA_OPCODES:
+                self._on_data(qp, opcode, flags, psn_word, length,
+                              anc[0][2][0] & wire.ECN_MASK == wire.ECN_CE if anc else False, now)
+            elif opcode == wire.Opcode.ACKNOWLEDGE:
+                self._on_ack(qp, psn_word & 0xFFFFFF, length, now)
+            elif opcode == wire.Opcode.CNP:
+                stats["cnps_received"] += 1
+                qp.cnps_received += 1
+                qp.cc.on_cnp(now)
+            else:
+                stats["malformed"] += 1
+        stats["datagrams_received"] += count
         return count
 
-    def _on_datagram(self, length: int, tos: int, now: float) -> None:
-        buf = self._rbuf
-        if length < wire.BTH_BYTES + wire.ICRC_BYTES:
-            self.stats["malformed"] += 1
-            return
-        opcode, flags, _pkey, qpn_word, psn_word = wire.BTH_STRUCT.unpack_from(buf, 0)
-        qp = self._qps.get(qpn_word & 0xFFFFFF)
-        if qp is None or qp.rx_seeds is None:
-            self.stats["unknown_qp"] += 1
-            return
-        if self.config.verify_icrc and not wire.icrc_ok(qp.rx_seeds, buf, length):
-            self.stats["icrc_errors"] += 1
-            return
-        psn = psn_word & 0xFFFFFF
-        if opcode in wire.DATA_OPCODES:
-            self._on_data(qp, opcode, flags, psn, psn_word >> 31, length, tos, now)
-        elif opcode == wire.Opcode.ACKNOWLEDGE:
-            self._on_ack(qp, psn, length, now)
-        elif opcode == wire.Opcode.CNP:
-            self.stats["cnps_received"] += 1
-            qp.cnps_received += 1
-            qp.cc.on_cnp(now)
-        else:
-            self.stats["malformed"] += 1
-
-    def _on_data(self, qp: QueuePair, opcode: int, flags: int, psn: int, ackreq: int,
-                 length: int, tos: int, now: float) -> None:
+    def _on_data(self, qp: QueuePair, opcode: int, flags: int, psn_word: int, length: int,
+                 ce: bool, now: float) -> None:
         head, reth = wire.BTH_BYTES, None
         if opcode in wire.RETH_OPCODES:
             reth = wire.RETH_STRUCT.unpack_from(self._rbuf, head)
@@ -292,13 +301,13 @@ class Engine:
         if end < head:
             self.stats["malformed"] += 1
             return
-        ce = tos & wire.ECN_MASK == wire.ECN_CE
-        reply = qp.responder.on_packet(opcode, psn, ackreq, self._rview[head:end], reth, ce)
+        reply = qp.responder.on_packet(opcode, psn_word & 0xFFFFFF, psn_word >> 31,
+                                       self._rview[head:end], reth, ce)
         if reply is not None:
             self._send_control(qp, wire.build_ack(qp.tx_seeds, qp.remote.qpn, reply.psn,
                                                   reply.syndrome, reply.msn, reply.ce_bytes,
                                                   qp.config.pkey))
-        if qp.np is not None and qp.np.on_data(now, ce):
+        if ce and qp.np is not None and qp.np.on_data(now, ce):
             qp.cnps_sent += 1
             self.stats["cnps_sent"] += 1
             self._send_control(qp, wire.build_cnp(qp.tx_seeds, qp.remote.qpn, qp.config.pkey))

@@ -51,6 +51,10 @@ _OPCODES = {
     WrOpcode.RDMA_WRITE: (Opcode.RDMA_WRITE_FIRST, Opcode.RDMA_WRITE_MIDDLE,
                           Opcode.RDMA_WRITE_LAST, Opcode.RDMA_WRITE_ONLY),
 }
+_FIRST_CODES = frozenset(int(op) for op in wire.FIRST_OPCODES)
+_LAST_CODES = frozenset(int(op) for op in wire.LAST_OPCODES)
+_CONTINUING = {kind: frozenset(int(op) for op in (ops[_MIDDLE], ops[_LAST]))
+               for kind, ops in _OPCODES.items()}   # what may follow a FIRST of that kind
 _NAK_STATUS = {
     NakCode.INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR,
     NakCode.REMOTE_ACCESS_ERROR: WcStatus.REM_ACCESS_ERR,
@@ -464,16 +468,17 @@ class Responder:
         if distance < 0:
             self.duplicates += 1
             return self._count_toward_ack(ackreq, psnmath.add(self.expected_psn, -1))
-        if opcode not in wire.LAST_OPCODES and size != self.mtu_bytes:
+        last = opcode in _LAST_CODES
+        if not last and size != self.mtu_bytes:
             return self._invalid()   # FIRST and MIDDLE packets carry exactly one path MTU
-        if opcode in wire.FIRST_OPCODES:
+        if opcode in _FIRST_CODES:
             if self._kind is not None:
                 return self._invalid()
             nak = self._begin(opcode, psn, reth)
             if nak is not None:
                 self._nak_sent = True   # what follows in this message is not NAKed again
                 return nak
-        elif self._kind is None or opcode not in _OPCODES[self._kind]:
+        elif self._kind is None or opcode not in _CONTINUING[self._kind]:
             return self._invalid()
         cursor = self._cursor
         if cursor + size > self._limit:
@@ -484,7 +489,7 @@ class Responder:
         self._target[cursor:cursor + size] = payload
         self._cursor = cursor + size
         self.bytes_placed += size
-        if opcode in wire.LAST_OPCODES:
+        if last:
             if not self._finish():
                 return self._invalid()
         self.expected_psn = (self.expected_psn + 1) & psnmath.PSN_MASK

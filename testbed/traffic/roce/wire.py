@@ -297,16 +297,18 @@ class BurstFramer:
     def __init__(self, ring: memoryview, slots: int, slot_bytes: int):
         self.ring, self.slots, self.slot_bytes = ring, slots, slot_bytes
         self._mtu = 0
-        self._payload_views: list[memoryview] = []
-        self._body_views: list[memoryview] = []
+        self._full_slots: list[tuple[memoryview, memoryview, int, int, int]] = []
 
-    def _views(self, mtu: int) -> tuple[list[memoryview], list[memoryview]]:
+    def _slots_for(self, mtu: int) -> list[tuple[memoryview, memoryview, int, int, int]]:
+        """Per slot, for a full packet without RETH: views of its payload and of the bytes
+        the ICRC covers, and the offsets of the BTH, the ICRC and the masked byte."""
         if mtu != self._mtu:
-            bases = [k * self.slot_bytes for k in range(self.slots)]
-            self._payload_views = [self.ring[b + BTH_BYTES:b + BTH_BYTES + mtu] for b in bases]
-            self._body_views = [self.ring[b:b + BTH_BYTES + mtu] for b in bases]
+            self._full_slots = [
+                (self.ring[b + BTH_BYTES:b + BTH_BYTES + mtu], self.ring[b:b + BTH_BYTES + mtu],
+                 b, b + BTH_BYTES + mtu, b + _BTH_MASKED_OFFSET)
+                for b in range(0, self.slots * self.slot_bytes, self.slot_bytes)]
             self._mtu = mtu
-        return self._payload_views, self._body_views
+        return self._full_slots
 
     def frame(self, seeds: IcrcSeeds, dest_qpn: int, first_psn: int, codes: bytes | bytearray,
               payload: memoryview, mtu: int, first_index: int, count: int,
@@ -321,7 +323,6 @@ class BurstFramer:
         """
         if count > self.slots:
             raise ValueError(f"{count} packets do not fit {self.slots} slots")
-        payload_views, body_views = self._views(mtu)
         qpn_word = (_MASKED_BYTE << 24) | dest_qpn   # the masked byte is ones while the CRC runs
         total = len(payload)
         # Slots [fast_from, fast_to) hold full packets without RETH; the others take _frame_one.
@@ -330,27 +331,22 @@ class BurstFramer:
         for k in range(fast_from):
             lengths.append(self._frame_one(seeds, k, codes, first_index + k, first_psn, pkey,
                                            qpn_word, payload, mtu, reth))
-        ring, slot_bytes = self.ring, self.slot_bytes
+        ring = self.ring
         pack_bth, pack_icrc, crc32 = BTH_STRUCT.pack_into, ICRC_STRUCT.pack_into, zlib.crc32
         seed = seeds(BTH_BYTES + mtu + ICRC_BYTES)
         index = first_index + fast_from
         start = index * mtu
         psn = (first_psn + index) & _PSN_MASK
-        base = fast_from * slot_bytes
-        icrc_at = BTH_BYTES + mtu
-        for payload_view, body_view in zip(payload_views[fast_from:fast_to],
-                                           body_views[fast_from:fast_to]):
-            code = codes[index]
+        for code, (payload_view, body_view, base, icrc_at, masked_at) in zip(
+                codes[index:first_index + fast_to], self._slots_for(mtu)[fast_from:fast_to]):
             pack_bth(ring, base, code & 0x7F, 0, pkey, qpn_word, _ACKREQ_WORD[code] | psn)
             stop = start + mtu
             payload_view[:] = payload[start:stop]
-            pack_icrc(ring, base + icrc_at, crc32(body_view, seed))
-            ring[base + _BTH_MASKED_OFFSET] = 0
-            index += 1
+            pack_icrc(ring, icrc_at, crc32(body_view, seed))
+            ring[masked_at] = 0
             psn = (psn + 1) & _PSN_MASK
             start = stop
-            base += slot_bytes
-        lengths.extend([icrc_at + ICRC_BYTES] * (fast_to - fast_from))
+        lengths.extend([BTH_BYTES + mtu + ICRC_BYTES] * (fast_to - fast_from))
         for k in range(fast_to, count):
             lengths.append(self._frame_one(seeds, k, codes, first_index + k, first_psn, pkey,
                                            qpn_word, payload, mtu, reth))

@@ -44,7 +44,7 @@ from typing import Callable
 from . import wire
 from .batch import BurstSender
 from .cc.dctcp import echo_delta
-from .verbs import MemoryRegion, QPState, QueuePair
+from .verbs import MemoryRegion, QueuePair
 
 # Linux values the socket module of Python 3.11 does not name.
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)

@@ -2,17 +2,16 @@
 CNPs) and ``dctcp`` (window, from the ECN echo in ACKs). ``make`` builds one for a QP."""
 from __future__ import annotations
 
-from .base import CongestionControl, TimeSeries
+from .base import CongestionControl, TimeSeries, with_overrides
 from .dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, ScaledParameter, params_for_link
 from .dctcp import DctcpParams, DctcpWindow
 from .none import LineRate
-from . import dcqcn, dctcp
 
 NAMES = ("none", "dcqcn", "dctcp")
 
 __all__ = ["NAMES", "CongestionControl", "DcqcnParams", "DctcpParams", "DctcpWindow",
            "LineRate", "NotificationPoint", "ReactionPoint", "ScaledParameter", "TimeSeries",
-           "make", "params_for_link"]
+           "make", "params_for_link", "with_overrides"]
 
 
 def make(name: str, *, link_rate_bps: float | None, mtu_bytes: int,
@@ -30,8 +29,8 @@ def make(name: str, *, link_rate_bps: float | None, mtu_bytes: int,
         if link_rate_bps is None:
             raise ValueError("DCQCN needs the link rate (its rates and timers scale with it)")
         params, record = params_for_link(link_rate_bps)
-        return ReactionPoint(dcqcn.with_overrides(params, overrides), now_s), record
+        return ReactionPoint(with_overrides(params, overrides), now_s), record
     if name == "dctcp":
-        params = dctcp.with_overrides(DctcpParams(mss_bytes=mtu_bytes), overrides)
+        params = with_overrides(DctcpParams(mss_bytes=mtu_bytes), overrides)
         return DctcpWindow(params, now_s), []
     raise ValueError(f"unknown congestion control {name!r}; known: {NAMES}")

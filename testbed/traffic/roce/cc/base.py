@@ -11,7 +11,10 @@ window). Nothing here reads a clock or touches a socket.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import fields, replace
+from typing import Protocol, TypeVar
+
+Params = TypeVar("Params")
 
 
 class TimeSeries:
@@ -51,3 +54,13 @@ class CongestionControl(Protocol):
     def advance(self, now_s: float) -> None: ...
 
     def summary(self) -> dict: ...
+
+
+def with_overrides(params: Params, overrides: dict[str, float]) -> Params:
+    """A parameter dataclass with some fields replaced; unknown names raise."""
+    known = {f.name for f in fields(params)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ValueError(f"unknown {type(params).__name__} fields {sorted(unknown)}; "
+                         f"known: {sorted(known)}")
+    return replace(params, **overrides)

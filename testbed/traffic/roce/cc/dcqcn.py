@@ -29,7 +29,7 @@ same multiple of the scaled timers. The function returns how each one was scaled
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 from .base import TimeSeries
 
@@ -95,14 +95,6 @@ def params_for_link(link_rate_bps: float, base: DcqcnParams = PAPER,
         record.append(ScaledParameter(field.name, paper_value, value, _RULE_TEXT[rule]))
     return DcqcnParams(**values), record
 
-
-def with_overrides(params: DcqcnParams, overrides: dict[str, float]) -> DcqcnParams:
-    """``params`` with some fields replaced (unknown names raise)."""
-    known = {f.name for f in fields(DcqcnParams)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise ValueError(f"unknown DCQCN parameters {sorted(unknown)}; known: {sorted(known)}")
-    return replace(params, **overrides)
 
 
 class NotificationPoint:

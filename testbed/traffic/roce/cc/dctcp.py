@@ -21,7 +21,7 @@ The window never drops below ``min_cwnd_packets`` MSS, so a QP can always send o
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 
 from ..wire import COUNTER_MODULO
 from .base import TimeSeries
@@ -38,13 +38,6 @@ class DctcpParams:
     min_cwnd_packets: float = 1
     initial_ssthresh_bytes: float = math.inf
 
-
-def with_overrides(params: DctcpParams, overrides: dict[str, float]) -> DctcpParams:
-    known = {f.name for f in fields(DctcpParams)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise ValueError(f"unknown DCTCP parameters {sorted(unknown)}; known: {sorted(known)}")
-    return replace(params, **overrides)
 
 
 def echo_delta(echo_total: int, last_total: int) -> int:

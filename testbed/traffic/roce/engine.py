@@ -75,7 +75,9 @@ class EngineConfig:
     verify_icrc: bool = True
     burst_packets: int = 64                 # packets framed and sent per system call
     turn_packets: int = 1024                # packets one QP may send before the loop moves on
-    pacing_burst_s: float = 200e-6          # token bucket depth, as time at the current rate
+    pacing_burst_s: float = 1e-3            # token bucket depth, as time at the current rate:
+                                            # how much a loop stalled by the scheduler may
+                                            # catch up (a burst), beyond which it loses rate
     socket_buffer_bytes: int = 4 << 20      # requested SO_SNDBUF/SO_RCVBUF (kernel caps it)
     max_idle_wait_s: float = 0.05
 

@@ -109,7 +109,7 @@ def qp_config(settings: dict, args: argparse.Namespace) -> QPConfig:
 def open_engine(args: argparse.Namespace) -> Engine:
     config = EngineConfig(local_ip=args.bind, port=args.port, data_dscp=args.data_dscp,
                           control_dscp=args.control_dscp, ecn_capable=not args.no_ecn,
-                          verify_icrc=not args.no_icrc_check)
+                          verify_icrc=not args.no_icrc_check, pacing_burst_s=args.pacing_burst_s)
     hooks = FaultHooks(drop_probability=args.drop_probability,
                        ce_mark_probability=args.ce_mark_probability, seed=args.seed)
     return Engine(config, hooks)
@@ -258,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--control-dscp", type=int, default=CONTROL_DSCP)
         p.add_argument("--no-ecn", action="store_true", help="send data Not-ECT")
         p.add_argument("--no-icrc-check", action="store_true")
+        p.add_argument("--pacing-burst-s", type=float, default=EngineConfig.pacing_burst_s,
+                       help="token bucket depth as time at the paced rate (catch-up after a stall)")
         p.add_argument("--ack-timeout-s", type=float,
                        default=rc.timeout_s_from_code(rc.DEFAULT_TIMEOUT_CODE))
         p.add_argument("--retry-count", type=int, default=7)
@@ -293,9 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.role == "send" and not (args.count or args.duration_s):
-        args.count = 1
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.role == "send":
+        if args.cc == "dcqcn" and not args.link_rate_mbit:
+            parser.error("--cc dcqcn needs --link-rate-mbit (its rates and timers scale with it)")
+        if not (args.count or args.duration_s):
+            args.count = 1
     result = serve(args) if args.role == "serve" else send(args)
     json.dump(json_safe(result), sys.stdout)
     sys.stdout.write("\n")

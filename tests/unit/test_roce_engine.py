@@ -26,6 +26,7 @@ TRANSFER_TIMEOUT_S = 30.0
 PACING_REL_TOL = 0.02            # paced transfer time within 2% of bytes on the wire / rate
 IDLE_CPU_FRACTION = 0.2          # an idle engine uses under a fifth of a core (it sleeps)
 SILENT_PEER = (LOOPBACK, wire.ROCE_UDP_PORT)   # nothing answers there
+CNPS_IN_FLIGHT = 1               # at most the CNP of the last packet, sent after its ACK
 
 
 @dataclass
@@ -223,7 +224,8 @@ def test_ce_marks_produce_cnps_and_dcqcn_cuts_the_rate(engines):
     assert all(wc.status is WcStatus.SUCCESS for wc in a.cq.poll(9))
     assert digest(a.mr.view) == digest(b.mr.view)
     assert b.qp.responder.ce_packets > 0
-    assert b.qp.np.cnps_sent > 0 and a.qp.cnps_received == b.qp.np.cnps_sent
+    # the last CNP may follow the ACK that completed the transfer: still in flight
+    assert b.qp.np.cnps_sent > 0 and 0 <= b.qp.np.cnps_sent - a.qp.cnps_received <= CNPS_IN_FLIGHT
     assert control.cnps_received == a.qp.cnps_received
     assert min(control.series.as_dict()["rate_bps"]) < link_bps / 2   # at least one halving
 

@@ -11,6 +11,7 @@ SEND_KEYS = {"role", "opcode", "message_bytes", "mtu_bytes", "messages", "bytes_
              "timeouts", "cnps_received", "cnps_sent_by_receiver", "sha256_sender",
              "sha256_receiver", "data_verified", "errors", "cc", "qp", "engine", "receiver"}
 RUN_TIMEOUT_S = 120
+CNPS_IN_FLIGHT = 1     # at most the CNP of the last packet, sent after its ACK
 
 
 def test_write_run_prints_verified_json():
@@ -31,8 +32,10 @@ def test_send_run_with_dcqcn_and_marks_reports_cnps_and_the_rate_series():
                                    "--ce-mark-probability", "0.2", "--seed", "5"],
                                   timeout_s=RUN_TIMEOUT_S)
     assert sent["data_verified"] and sent["messages"] == 40
-    assert sent["cnps_received"] > 0 and sent["cnps_received"] == sent["cnps_sent_by_receiver"]
-    assert served["np"]["cnps_sent"] == sent["cnps_received"]
+    # the receiver sends a CNP after the ACK of the same packet: the last one may still be in
+    # flight when the sender has its completions and stops
+    assert 0 <= sent["cnps_sent_by_receiver"] - sent["cnps_received"] <= CNPS_IN_FLIGHT
+    assert sent["cnps_received"] > 0 and served["np"]["cnps_sent"] == sent["cnps_sent_by_receiver"]
     series = sent["cc"]["series"]
     assert set(series) == {"t_s", "rate_bps", "target_bps", "alpha", "cnps_received"}
     assert min(series["rate_bps"]) < 400e6

@@ -190,12 +190,13 @@ _IP_FLAGS_DF = 0x4000
 _IP_ID_UNCONNECTED_DF = 0   # see the module docstring
 _MASKED_BYTE = 0xFF
 _MASKED_WORD = 0xFFFF
-_BTH_MASKED_OFFSET = 4      # the byte with FECN, BECN and the 6 reserved bits
+BTH_MASKED_OFFSET = 4       # the byte with FECN, BECN and the 6 reserved bits
 _FECN_BIT, _BECN_BIT = 0x80, 0x40
 _ACKREQ_BIT = 1 << 31
 _QPN_MASK = 0xFFFFFF
 _PSN_MASK = 0xFFFFFF
-_PAD = bytes(4)
+MAX_PAD_BYTES = 3
+_PAD = bytes(MAX_PAD_BYTES + 1)
 _ACKREQ_WORD = tuple(_ACKREQ_BIT if code & 0x80 else 0 for code in range(256))  # by packet code
 
 
@@ -223,10 +224,10 @@ class IcrcSeeds:
 
 def _icrc_of(seeds: IcrcSeeds, packet: bytearray | memoryview, end: int) -> int:
     """ICRC of ``packet[:end]`` (BTH onwards, without the ICRC), masking the BTH byte."""
-    saved = packet[_BTH_MASKED_OFFSET]
-    packet[_BTH_MASKED_OFFSET] = _MASKED_BYTE
+    saved = packet[BTH_MASKED_OFFSET]
+    packet[BTH_MASKED_OFFSET] = _MASKED_BYTE
     crc = zlib.crc32(memoryview(packet)[:end], seeds(end + ICRC_BYTES))
-    packet[_BTH_MASKED_OFFSET] = saved
+    packet[BTH_MASKED_OFFSET] = saved
     return crc
 
 
@@ -305,7 +306,7 @@ class BurstFramer:
         if mtu != self._mtu:
             self._full_slots = [
                 (self.ring[b + BTH_BYTES:b + BTH_BYTES + mtu], self.ring[b:b + BTH_BYTES + mtu],
-                 b, b + BTH_BYTES + mtu, b + _BTH_MASKED_OFFSET)
+                 b, b + BTH_BYTES + mtu, b + BTH_MASKED_OFFSET)
                 for b in range(0, self.slots * self.slot_bytes, self.slot_bytes)]
             self._mtu = mtu
         return self._full_slots
@@ -374,7 +375,7 @@ class BurstFramer:
         head += pad
         length = head - base + ICRC_BYTES
         ICRC_STRUCT.pack_into(ring, head, zlib.crc32(ring[base:head], seeds(length)))
-        ring[base + _BTH_MASKED_OFFSET] = 0
+        ring[base + BTH_MASKED_OFFSET] = 0
         return length
 
 

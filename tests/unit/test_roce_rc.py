@@ -284,6 +284,8 @@ def test_send_without_a_posted_receive_gets_rnr_nak_then_succeeds():
     delay_s = wire.rnr_delay_s(link.responder.rnr_syndrome)           # code 1: 10 us
     assert delay_s == pytest.approx(10e-6)
     assert req.next_burst(delay_s / 2, 64) is None                    # still waiting
+    assert req.next_deadline_s(delay_s / 2) == pytest.approx(delay_s)
+    assert req.next_deadline_s(delay_s * 2) == req.deadline_s         # a past RNR wait wakes nobody
     buffer = bytearray(4096)
     link.responder.post_recv(5, memoryview(buffer))
     link.run(delay_s)

@@ -242,7 +242,7 @@ class Engine:
                 qp.cc.on_loss(now, True, req.flight_bytes)
                 if req.has_work(now):
                     self.activate(qp)
-            wake_s = min(wake_s, req.next_deadline_s())
+            wake_s = min(wake_s, req.next_deadline_s(now))
         return fired, wake_s
 
     # --- receive -------------------------------------------------------------------------------

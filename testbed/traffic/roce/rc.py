@@ -329,11 +329,11 @@ class Requester:
         self.deadline_s = now_s + self.ack_timeout_s
         return True
 
-    def next_deadline_s(self) -> float:
-        """When the requester next needs ``on_timer`` or can send again after an RNR NAK."""
+    def next_deadline_s(self, now_s: float) -> float:
+        """When the requester next needs ``on_timer``, or can send again after an RNR NAK."""
         if self.error:
             return float("inf")
-        if self.tx < self.posted and self.rnr_until_s > 0:
+        if self.tx < self.posted and self.rnr_until_s > now_s:
             return min(self.deadline_s, self.rnr_until_s)
         return self.deadline_s
 

@@ -122,29 +122,40 @@ def free_port(kind: int) -> int:
         return sock.getsockname()[1]
 
 
-def run_pair(send_args: list[str], serve_args: list[str] = (),
-             timeout_s: float = PROCESS_TIMEOUT_S) -> tuple[dict, dict]:
-    """Run ``host serve`` and ``host send`` on 127.0.0.1 (free ports) and return both JSON
-    results: (sender's, server's). ``send_args`` add to --bind/--port/--peer/--side-port."""
+def run_hosts(senders: list[list[str]], serve_args: list[str] = (),
+              timeout_s: float = PROCESS_TIMEOUT_S) -> tuple[list[dict], dict]:
+    """Run one ``host serve`` for all ``senders`` and one ``host send`` per sender, at once,
+    on 127.0.0.1 (free ports); return the senders' JSON results and the server's. Each
+    sender's arguments add to --bind/--port/--peer/--side-port."""
     side_port = free_port(socket.SOCK_STREAM)
     host = [sys.executable, "-m", "testbed.traffic.roce.host"]
     server = subprocess.Popen(
         host + ["serve", "--bind", LOOPBACK, "--port", str(free_port(socket.SOCK_DGRAM)),
-                "--side-port", str(side_port), *serve_args],
+                "--side-port", str(side_port), "--connections", str(len(senders)), *serve_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    clients = [subprocess.Popen(
+        host + ["send", "--bind", LOOPBACK, "--port", str(free_port(socket.SOCK_DGRAM)),
+                "--peer", LOOPBACK, "--side-port", str(side_port), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in senders]
     try:
-        sent = subprocess.run(
-            host + ["send", "--bind", LOOPBACK, "--port", str(free_port(socket.SOCK_DGRAM)),
-                    "--peer", LOOPBACK, "--side-port", str(side_port), *send_args],
-            capture_output=True, text=True, timeout=timeout_s)
+        outputs = [client.communicate(timeout=timeout_s) for client in clients]
         served, serve_err = server.communicate(timeout=timeout_s)
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    if not sent.stdout or not served:
-        raise RuntimeError(f"host printed nothing: {sent.stderr[-2000:]} {serve_err[-2000:]}")
-    return json.loads(sent.stdout), json.loads(served)
+        for proc in (server, *clients):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if not served or not all(out for out, _ in outputs):
+        errors = " | ".join(err[-1000:] for _, err in outputs)
+        raise RuntimeError(f"host printed nothing: {errors} {serve_err[-1000:]}")
+    return [json.loads(out) for out, _ in outputs], json.loads(served)
+
+
+def run_pair(send_args: list[str], serve_args: list[str] = (),
+             timeout_s: float = PROCESS_TIMEOUT_S) -> tuple[dict, dict]:
+    """``run_hosts`` with one sender: (sender's result, server's result)."""
+    (sent,), served = run_hosts([send_args], serve_args, timeout_s)
+    return sent, served
 
 
 def measure_goodput(total_bytes: int, message_bytes: int, mtu: int) -> dict:

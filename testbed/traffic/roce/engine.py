@@ -452,11 +452,20 @@ class SideChannel:
         self.conn = conn
         self._reader = conn.makefile("r", encoding="utf-8")
 
+    @staticmethod
+    def listen(bind_ip: str, port: int) -> socket.socket:
+        """A non-blocking listening socket, for ``accept_ready`` inside a progress loop."""
+        server = socket.create_server((bind_ip, port))
+        server.setblocking(False)
+        return server
+
     @classmethod
-    def accept(cls, bind_ip: str, port: int, timeout_s: float) -> "SideChannel":
-        with socket.create_server((bind_ip, port)) as server:
-            server.settimeout(timeout_s)
+    def accept_ready(cls, server: socket.socket, timeout_s: float) -> "SideChannel | None":
+        """The next pending connection, or None if nobody is waiting."""
+        try:
             conn, _ = server.accept()
+        except BlockingIOError:
+            return None
         conn.settimeout(timeout_s)
         return cls(conn)
 

@@ -4,11 +4,12 @@
     python -m testbed.traffic.roce.host send  --bind 10.0.0.1 --peer 10.0.0.2 \\
         --opcode write --size 1048576 --count 100 --cc dcqcn --link-rate-mbit 100
 
-``serve`` waits on the TCP side channel for one sender, takes the transport settings from
-the sender's hello (opcode, message size, path MTU, congestion control), registers a memory
-region, answers with its QPN, PSN and R_Key, and keeps the engine running until the sender
-says it is done; it then hashes the region, answers with the hash and its counters, prints
-its own JSON line and exits. ``send`` connects, sends ``--count`` messages (or for
+``serve`` waits on the TCP side channel for ``--connections`` senders (one by default; more
+for an incast onto one UDP port); for each it takes the transport settings from the sender's
+hello (opcode, message size, path MTU, congestion control), registers a memory region, and
+answers with its QPN, PSN and R_Key. It keeps the engine running until every sender has said
+it is done, answering each with the hash of its region and its counters, then prints one JSON
+line with every connection's result and exits. ``send`` connects, sends ``--count`` messages (or for
 ``--duration-s``) keeping ``--queue-depth`` work requests posted, and prints one JSON line:
 bytes delivered, goodput, messages, retransmissions, NAKs, timeouts, CNPs, the SHA-256 of
 both regions (data verified when equal) and the congestion control's time series.
@@ -115,48 +116,91 @@ def open_engine(args: argparse.Namespace) -> Engine:
     return Engine(config, hooks)
 
 
+class ServedConnection:
+    """One sender's QP on the serving engine: the hello, its region and receives, and the
+    side channel on which it says it is done."""
+
+    def __init__(self, engine: Engine, chan: SideChannel, args: argparse.Namespace):
+        self.engine, self.chan = engine, chan
+        hello = chan.recv()
+        settings = hello["settings"]
+        self.size, self.slots = settings["message_bytes"], settings["slots"]
+        self.opcode = settings["opcode"]
+        pd = ProtectionDomain(engine)
+        self.mr = MemoryRegion(pd, self.size * self.slots)
+        self.cq = CompletionQueue(RECV_DEPTH * 4)
+        self.qp = QueuePair(pd, self.cq, self.cq, qp_config(settings, args))
+        self.qp.to_init()
+        self.posted = 0
+        if self.opcode == "send":
+            for _ in range(RECV_DEPTH):
+                self._post_recv()
+        self.qp.to_rtr(QPInfo.from_dict(hello["info"]))
+        self.qp.to_rts()
+        chan.send({"info": self.qp.local_info(self.mr).to_dict()})
+        self.errors: list[str] = []
+        self.result: dict | None = None
+
+    def _post_recv(self) -> None:
+        slot = self.posted % self.slots
+        self.qp.post_recv(RecvWR(self.posted, self.mr, slot * self.size, self.size))
+        self.posted += 1
+
+    def poll(self) -> None:
+        """Take receive completions and post a receive for each."""
+        for wc in self.cq.poll(RECV_DEPTH):
+            if wc.status is not WcStatus.SUCCESS:
+                self.errors.append(wc.status.name)
+            self._post_recv()
+
+    def check_done(self) -> bool:
+        """If the sender said it is done: hash the written slots, answer, keep the result."""
+        if self.result is not None or not self.chan.readable():
+            return False
+        done = self.chan.recv()
+        written = min(done["messages"], self.slots)
+        self.result = json_safe({
+            "sha256": region_digest(self.mr, self.size, written), "slots_hashed": written,
+            "opcode": self.opcode, "message_bytes": self.size, "errors": self.errors,
+            "qp": self.engine.qp_stats(self.qp),
+            "np": self.qp.np.summary() if self.qp.np is not None else None})
+        self.chan.send({"result": self.result})
+        return True
+
+
 def serve(args: argparse.Namespace) -> dict:
-    with open_engine(args) as engine:
-        chan = SideChannel.accept(args.bind, args.side_port, args.timeout_s)
+    """Serve ``--connections`` senders on one engine (one UDP port, one QP each), until each
+    has said it is done or nothing has happened for ``--timeout-s``."""
+    served: list[ServedConnection] = []
+    errors: list[str] = []
+    with open_engine(args) as engine, SideChannel.listen(args.bind, args.side_port) as listener:
+        last_event = next_check = time.monotonic()
         try:
-            hello = chan.recv()
-            settings = hello["settings"]
-            size, slots = settings["message_bytes"], settings["slots"]
-            pd = ProtectionDomain(engine)
-            mr = MemoryRegion(pd, size * slots)
-            cq = CompletionQueue(RECV_DEPTH * 4)
-            qp = QueuePair(pd, cq, cq, qp_config(settings, args))
-            qp.to_init()
-            posted = 0
-            if settings["opcode"] == "send":
-                for _ in range(RECV_DEPTH):
-                    qp.post_recv(RecvWR(posted, mr, (posted % slots) * size, size))
-                    posted += 1
-            qp.to_rtr(QPInfo.from_dict(hello["info"]))
-            qp.to_rts()
-            chan.send({"info": qp.local_info(mr).to_dict()})
-            done, errors, next_check = None, [], 0.0
-            while done is None:
+            while True:
                 engine.progress(SIDE_CHANNEL_CHECK_S)
-                for wc in cq.poll(RECV_DEPTH):
-                    if wc.status is not WcStatus.SUCCESS:
-                        errors.append(wc.status.name)
-                    qp.post_recv(RecvWR(posted, mr, (posted % slots) * size, size))
-                    posted += 1
+                for connection in served:
+                    connection.poll()
                 now = time.monotonic()
-                if now >= next_check:
-                    next_check = now + SIDE_CHANNEL_CHECK_S
-                    if chan.readable():
-                        done = chan.recv()
-            written = min(done["messages"], slots)
-            result = {"role": "serve", "sha256": region_digest(mr, size, written),
-                      "slots_hashed": written, "errors": errors, "qp": engine.qp_stats(qp),
-                      "np": qp.np.summary() if qp.np is not None else None,
-                      "engine": dict(engine.stats)}
-            chan.send({"result": json_safe(result)})
-            return result
+                if now < next_check:
+                    continue
+                next_check = now + SIDE_CHANNEL_CHECK_S
+                if len(served) < args.connections:
+                    chan = SideChannel.accept_ready(listener, args.timeout_s)
+                    if chan is not None:
+                        served.append(ServedConnection(engine, chan, args))
+                        last_event = now
+                if any([c.check_done() for c in served]):
+                    last_event = now
+                if len(served) == args.connections and all(c.result for c in served):
+                    break
+                if now - last_event > args.timeout_s:
+                    errors.append("timeout")
+                    break
         finally:
-            chan.close()
+            for connection in served:
+                connection.chan.close()
+        return {"role": "serve", "connections": [c.result for c in served], "errors": errors,
+                "engine": dict(engine.stats)}
 
 
 def send(args: argparse.Namespace) -> dict:
@@ -291,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="send work requests kept posted")
             p.add_argument("--region-cap-bytes", type=int, default=REGION_CAP_BYTES)
             p.add_argument("--series-max-points", type=int, default=2000)
+        else:
+            p.add_argument("--connections", type=int, default=1,
+                           help="senders to serve on this engine (one QP each), e.g. an incast")
     return parser
 
 

@@ -40,6 +40,7 @@ SIDE_CHANNEL_PORT = 18515          # perftest's default port
 REGION_CAP_BYTES = 64 << 20        # slots are added while the region stays below this
 RECV_DEPTH = 64                    # receives the server keeps posted for SEND
 SIDE_CHANNEL_CHECK_S = 0.02        # how often the server looks at the side channel
+SERIES_MAX_POINTS = 2000           # rows of a time series printed (thinned evenly beyond)
 OPCODES = {"write": WrOpcode.RDMA_WRITE, "send": WrOpcode.SEND}
 
 
@@ -62,6 +63,15 @@ def slot_count(message_bytes: int, count: int | None, region_cap_bytes: int) -> 
 
 def region_digest(mr: MemoryRegion, message_bytes: int, slots_written: int) -> str:
     return hashlib.sha256(mr.view[:message_bytes * slots_written]).hexdigest()
+
+
+def relative_series(summary: dict | None, origin_s: float, max_points: int) -> dict | None:
+    """A machine's summary with its series' times counted from ``origin_s`` and thinned."""
+    if summary is None:
+        return None
+    series = dict(summary["series"])
+    series["t_s"] = [t - origin_s for t in series["t_s"]]
+    return {**summary, "series": downsample(series, max_points)}
 
 
 def downsample(series: dict[str, list], max_points: int) -> dict[str, list]:
@@ -122,6 +132,7 @@ class ServedConnection:
 
     def __init__(self, engine: Engine, chan: SideChannel, args: argparse.Namespace):
         self.engine, self.chan = engine, chan
+        self.created_s = engine.clock()
         hello = chan.recv()
         settings = hello["settings"]
         self.size, self.slots = settings["message_bytes"], settings["slots"]
@@ -163,7 +174,8 @@ class ServedConnection:
             "sha256": region_digest(self.mr, self.size, written), "slots_hashed": written,
             "opcode": self.opcode, "message_bytes": self.size, "errors": self.errors,
             "qp": self.engine.qp_stats(self.qp),
-            "np": self.qp.np.summary() if self.qp.np is not None else None})
+            "np": relative_series(self.qp.np.summary() if self.qp.np is not None else None,
+                                  self.created_s, SERIES_MAX_POINTS)})
         self.chan.send({"result": self.result})
         return True
 
@@ -211,12 +223,14 @@ def send(args: argparse.Namespace) -> dict:
         mr = MemoryRegion(pd, buffer=np.random.default_rng(args.seed).integers(
             0, 256, size * slots, dtype=np.uint8))
         cq = CompletionQueue(args.queue_depth * 4)
-        control, scaling = ccmod.make(args.cc, link_rate_bps=settings["link_rate_bps"],
-                                      mtu_bytes=args.mtu, overrides=settings["cc_params"])
-        qp = QueuePair(pd, cq, cq, qp_config(settings, args), cc=control)
-        qp.to_init()
         chan = SideChannel.connect(args.peer, args.side_port, args.timeout_s)
         try:
+            origin_s = engine.clock()   # series count from here: the peer is up, data follows
+            control, scaling = ccmod.make(args.cc, link_rate_bps=settings["link_rate_bps"],
+                                          mtu_bytes=args.mtu, overrides=settings["cc_params"],
+                                          now_s=origin_s)
+            qp = QueuePair(pd, cq, cq, qp_config(settings, args), cc=control)
+            qp.to_init()
             chan.send({"settings": settings, "info": qp.local_info(mr).to_dict()})
             remote = QPInfo.from_dict(chan.recv()["info"])
             qp.to_rtr(remote)
@@ -229,8 +243,7 @@ def send(args: argparse.Namespace) -> dict:
         written = min(run["messages"], slots)
         local_digest = region_digest(mr, size, written)
         stats = engine.qp_stats(qp)
-        summary = control.summary()
-        summary["series"] = downsample(summary["series"], args.series_max_points)
+        summary = relative_series(control.summary(), origin_s, args.series_max_points)
         summary["scaling"] = [vars(s) for s in scaling]
         return {
             "role": "send", "opcode": args.opcode, "message_bytes": size, "mtu_bytes": args.mtu,
@@ -334,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--queue-depth", type=int, default=16,
                            help="send work requests kept posted")
             p.add_argument("--region-cap-bytes", type=int, default=REGION_CAP_BYTES)
-            p.add_argument("--series-max-points", type=int, default=2000)
+            p.add_argument("--series-max-points", type=int, default=SERIES_MAX_POINTS)
         else:
             p.add_argument("--connections", type=int, default=1,
                            help="senders to serve on this engine (one QP each), e.g. an incast")

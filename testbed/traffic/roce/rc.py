@@ -196,7 +196,8 @@ class Requester:
     # --- posting and transmitting ----------------------------------------------------------
 
     def post(self, wr_id: int, opcode: WrOpcode, payload: memoryview, *, remote_addr: int = 0,
-             rkey: int = 0, signaled: bool = True) -> SendWqe:
+             rkey: int = 0, signaled: bool = True) -> SendWqe | None:
+        """Queue a message; on a QP in error it completes at once, flushed (and None)."""
         if self.error:
             self.cq.push(WorkCompletion(wr_id, WcStatus.WR_FLUSH_ERR, WC_OPCODE_OF[opcode], 0,
                                         self.qp_num))

@@ -71,7 +71,7 @@ class EngineConfig:
     control_dscp: int = CONTROL_DSCP
     ecn_capable: bool = True                # data packets leave ECT(0)
     verify_icrc: bool = True
-    burst_packets: int = 64                 # packets framed and sent per system call
+    burst_packets: int = 128                # packets framed and sent per system call
     turn_packets: int = 1024                # packets one QP may send before the loop moves on
     pacing_burst_s: float = 1e-3            # token bucket depth, as time at the current rate:
                                             # how much a loop stalled by the scheduler may

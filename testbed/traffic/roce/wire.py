@@ -19,9 +19,10 @@ Layout of every packet this transport sends, after the IPv4 and UDP headers::
   little-endian, as ``scapy.contrib.roce.BTH.compute_icrc`` does.
 
 The declarative definitions are scapy's (``scapy.contrib.roce``: BTH, AETH, ``cnp()``); this
-module adds the RETH and the ECN echo as scapy layers. The per-packet fast path (struct-packed
-headers, ``zlib.crc32`` continued from a cached pseudo-header state) is what the engine sends;
-tests check its bytes equal scapy's for every opcode used.
+module adds the RETH and the ECN echo as scapy layers. The fast path (``build_*`` with
+struct-packed headers; ``BurstFramer`` for the engine's bursts, with numpy records for runs
+of full packets; ``zlib.crc32`` continued from a cached pseudo-header state) is what the
+engine sends; tests check its bytes equal scapy's for every opcode used.
 
 The ICRC covers the IPv4 identification field, which the kernel writes, so the sender must
 know it in advance. The engine sends from an unconnected UDP socket with

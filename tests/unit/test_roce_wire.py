@@ -95,18 +95,22 @@ def test_burst_framer_equals_scapy_for_every_packet_of_a_write_and_a_send():
     slot_bytes = 1200
     ring = memoryview(bytearray(8 * slot_bytes))
     framer = wire.BurstFramer(ring, 8, slot_bytes)
-    seen = []
-    while (burst := requester.next_burst(0.0, 8)) is not None:
-        lengths: list[int] = []
+    seen, lengths = [], []
+    while (burst := requester.next_burst(0.0, 8)) is not None:   # both bursts share the ring
         wqe = burst.wqe
+        first_slot = len(lengths)
         framer.frame(SEEDS, QPN, wire_first_psn(requester, wqe), wqe.codes, wqe.payload, 1024,
-                     burst.index, burst.count, wqe.reth, lengths)
-        for k, packet in enumerate(requester.expand(burst)):
+                     burst.index, burst.count, wqe.reth, lengths, first_slot=first_slot)
+        for k, packet in enumerate(requester.expand(burst), start=first_slot):
             framed = bytes(ring[k * slot_bytes:k * slot_bytes + lengths[k]])
             expected = scapy_roce_bytes(scapy_data(packet.opcode, packet.psn, packet.payload,
                                                    packet.ackreq, packet.reth))
             assert framed == expected, packet.opcode.name
             seen.append((packet.opcode, packet.psn, packet.ackreq))
+    assert len(lengths) == 7
+    with pytest.raises(ValueError):
+        framer.frame(SEEDS, QPN, 0, bytes(2), memoryview(bytes(2048)), 1024, 0, 2, None, [],
+                     first_slot=7)
     # Packet indices 0..6 across both messages; ack requested on every 2nd (indices 1, 3, 5)
     # and on the last packet of each message (4, 6).
     assert seen == [

@@ -342,16 +342,23 @@ class Engine:
         return sent, due_s
 
     def _transmit_qp(self, qp: QueuePair, req, now: float) -> tuple[int, float]:
+        """Send what one QP may now: bursts from the requester, within its congestion
+        control, framed into the ring (several messages' bursts share one sendmmsg)."""
         cc, pacer, mtu = qp.cc, self._pacers[qp.qp_num], req.mtu_bytes
         packet_bytes = mtu + wire.BTH_BYTES + wire.ICRC_BYTES + IP_UDP_BYTES
-        sent = 0
+        dest = (qp.remote.ip, qp.remote.port)
+        lengths: list[int] = []
+        sent, due_s = 0, math.inf
         while sent < self.config.turn_packets and req.has_work(now):
-            count = self.config.burst_packets
+            count = self.config.burst_packets - len(lengths)
+            if not count:
+                self._flush(dest, lengths)
+                continue
             rate = cc.rate_bps()
             if rate is not None:
                 allowed, due_s = pacer.allowance(now, rate, packet_bytes)
                 if not allowed:
-                    return sent, due_s
+                    break
                 count = min(count, allowed)
             window = cc.window_bytes()
             window_limited = False
@@ -366,32 +373,38 @@ class Engine:
             burst = req.next_burst(now, count, request_ack=window_limited)
             if burst is None:
                 break
-            wire_bytes, payload_bytes = self._emit(qp, burst)
+            wire_bytes, payload_bytes = self._frame(qp, burst, lengths)
             if rate is not None:
                 pacer.spend(wire_bytes)
             cc.on_sent(now, payload_bytes)
             sent += burst.count
-        return sent, math.inf
+        self._flush(dest, lengths)
+        return sent, due_s
 
-    def _emit(self, qp: QueuePair, burst) -> tuple[int, int]:
-        """Frame and send a burst; returns the bytes on the wire (with IPv4/UDP) and of payload."""
-        wqe, req, remote = burst.wqe, qp.requester, qp.remote
-        lengths: list[int] = []
-        self._framer.frame(qp.tx_seeds, remote.qpn, (req.start_psn + wqe.first) & 0xFFFFFF,
+    def _frame(self, qp: QueuePair, burst, lengths: list[int]) -> tuple[int, int]:
+        """Frame a burst into the next free slots; returns its bytes on the wire (with IPv4
+        and UDP) and of payload."""
+        wqe, req = burst.wqe, qp.requester
+        first_slot = len(lengths)
+        self._framer.frame(qp.tx_seeds, qp.remote.qpn, (req.start_psn + wqe.first) & 0xFFFFFF,
                            wqe.codes, wqe.payload, req.mtu_bytes, burst.index, burst.count,
-                           wqe.reth, lengths, qp.config.pkey)
-        dest = (remote.ip, remote.port)
+                           wqe.reth, lengths, qp.config.pkey, first_slot=first_slot)
+        payload = wqe.bytes_between(wqe.first + burst.index, wqe.first + burst.index + burst.count,
+                                    req.mtu_bytes)
+        return sum(lengths[first_slot:]) + IP_UDP_BYTES * burst.count, payload
+
+    def _flush(self, dest: tuple[str, int], lengths: list[int]) -> None:
+        """Send the framed slots and empty ``lengths``."""
+        if not lengths:
+            return
         if self._hooked:
             self._send_through_hooks(dest, lengths)
         else:
             self._tx.send(dest, lengths)
-        total = sum(lengths)
-        self.stats["datagrams_sent"] += burst.count
-        self.stats["data_packets_sent"] += burst.count
-        self.stats["bytes_sent"] += total
-        payload = wqe.bytes_between(wqe.first + burst.index, wqe.first + burst.index + burst.count,
-                                    req.mtu_bytes)
-        return total + IP_UDP_BYTES * burst.count, payload
+        self.stats["datagrams_sent"] += len(lengths)
+        self.stats["data_packets_sent"] += len(lengths)
+        self.stats["bytes_sent"] += sum(lengths)
+        lengths.clear()
 
     def _send_through_hooks(self, dest: tuple[str, int], lengths: list[int]) -> None:
         hooks, view, slot = self.hooks, self._tx.view, self._tx.slot_bytes

@@ -323,28 +323,29 @@ class BurstFramer:
     def frame(self, seeds: IcrcSeeds, dest_qpn: int, first_psn: int, codes: bytes | bytearray,
               payload: memoryview, mtu: int, first_index: int, count: int,
               reth: tuple[int, int, int] | None, lengths: list[int],
-              pkey: int = DEFAULT_PKEY) -> None:
+              pkey: int = DEFAULT_PKEY, first_slot: int = 0) -> None:
         """Frame packets ``first_index`` .. ``first_index + count - 1`` of a message into slots
-        0 .. count - 1 and append their lengths to ``lengths``.
+        ``first_slot`` onwards and append their lengths to ``lengths``.
 
         ``codes[i]`` is packet i's opcode with bit 7 set when it asks for an ACK; ``first_psn``
         is the PSN of packet 0; ``payload`` is the whole message; ``reth`` (va, rkey, length)
         goes into packet 0 when its opcode carries one.
         """
-        if count > self.slots:
-            raise ValueError(f"{count} packets do not fit {self.slots} slots")
+        if first_slot + count > self.slots:
+            raise ValueError(f"{count} packets from slot {first_slot} overflow {self.slots} slots")
         qpn_word = (_MASKED_BYTE << 24) | dest_qpn   # the masked byte is ones while the CRC runs
         total = len(payload)
-        # Slots [fast_from, fast_to) hold full packets without RETH; the others take _frame_one.
+        # Packets [fast_from, fast_to) of the run are full and without RETH; the others take
+        # _frame_one.
         fast_from = 1 if first_index == 0 and (reth is not None or total < mtu) else 0
         fast_to = max(fast_from, min(count, total // mtu - first_index))
         for k in range(fast_from):
-            lengths.append(self._frame_one(seeds, k, codes, first_index + k, first_psn, pkey,
-                                           qpn_word, payload, mtu, reth))
+            lengths.append(self._frame_one(seeds, first_slot + k, codes, first_index + k,
+                                           first_psn, pkey, qpn_word, payload, mtu, reth))
         run = fast_to - fast_from
         if run:
             bodies, icrc = self._layout(mtu)
-            slots = slice(fast_from, fast_to)
+            slots = slice(first_slot + fast_from, first_slot + fast_to)
             index = first_index + fast_from
             code = np.frombuffer(codes, dtype=np.uint8, count=run, offset=index)
             bth = self._bth[slots]
@@ -361,8 +362,8 @@ class BurstFramer:
             self._rows[slots, BTH_MASKED_OFFSET] = 0
             lengths.extend([BTH_BYTES + mtu + ICRC_BYTES] * run)
         for k in range(fast_to, count):
-            lengths.append(self._frame_one(seeds, k, codes, first_index + k, first_psn, pkey,
-                                           qpn_word, payload, mtu, reth))
+            lengths.append(self._frame_one(seeds, first_slot + k, codes, first_index + k,
+                                           first_psn, pkey, qpn_word, payload, mtu, reth))
 
     def _frame_one(self, seeds: IcrcSeeds, slot: int, codes: bytes | bytearray, index: int,
                    first_psn: int, pkey: int, qpn_word: int, payload: memoryview, mtu: int,

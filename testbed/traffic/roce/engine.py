@@ -12,8 +12,9 @@ Per ``progress`` call:
 2. timers: local ACK timeouts of every requester; the congestion controls' own timers.
 3. send: every QP with work sends bursts within what its congestion control allows: the
    token bucket at ``rate_bps()`` (bytes counted with IPv4 and UDP headers, as the link
-   counts them) and ``window_bytes()`` of data outstanding. A burst is framed into a ring
-   of slots (``wire.BurstFramer``) and leaves in one sendmmsg (``batch``).
+   counts them) and ``window_bytes()`` of data outstanding. Bursts are framed into a ring
+   of slots (``wire.BurstFramer``); a full ring, or what one QP's turn produced, leaves in
+   one sendmmsg (``batch``).
 4. if nothing happened, sleep in select() until a datagram arrives or the next timer or token
    is due (capped by ``max_idle_wait_s``): an idle engine does not spin.
 

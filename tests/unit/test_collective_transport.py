@@ -206,6 +206,28 @@ def test_tcp_full_mesh_connect():
             t.close()
 
 
+def test_tcp_sendrecv_before_the_peer_has_dialled_back():
+    """A parameter-server push-pull: the server dials the worker only to answer, after it got
+    the push; the worker's sendrecv must not wait for that connection before sending."""
+    transports = tcp_world(2, channels=2)
+    data = np.arange(100_000, dtype=np.float32)
+    try:
+        def rank_main(rank):
+            t = transports[rank]
+            buf = np.empty_like(data)
+            if rank == 0:
+                t.recv(1, buf)
+                t.send(1, buf * 2)
+                return None
+            t.sendrecv(0, data, 0, buf)
+            return buf
+
+        np.testing.assert_array_equal(run_ranks(2, rank_main)[1], data * 2)
+    finally:
+        for t in transports:
+            t.close()
+
+
 def test_tcp_ignores_connections_without_a_valid_hello():
     transports = tcp_world(2, channels=1)
     try:

@@ -141,9 +141,18 @@ class SocketTransport(Transport):
         self._check_peer(peer)
         self._transfer([], self._parts(self._in(peer), out))
 
+    def _in_ready(self, peer: int) -> bool:
+        """Whether ``_in(peer)`` would return at once."""
+        return True
+
     def sendrecv(self, send_peer: int, data, recv_peer: int, out) -> None:
         self._check_peer(send_peer)
         self._check_peer(recv_peer)
+        if not self._in_ready(recv_peer):
+            # the peer dials this rank when it first sends, perhaps only after receiving
+            # this send: waiting for its connection first would deadlock
+            super().sendrecv(send_peer, data, recv_peer, out)
+            return
         self._transfer(self._parts(self._out(send_peer), data), self._parts(self._in(recv_peer), out))
 
     def _transfer(self, sends, recvs) -> None:
@@ -287,6 +296,10 @@ class TcpTransport(SocketTransport):
                     socks = [self._dial(peer, c) for c in range(self.channels)]
                     self.outgoing[peer] = socks
         return socks
+
+    def _in_ready(self, peer: int) -> bool:
+        with self.cond:
+            return len(self.incoming.get(peer, ())) == self.channels
 
     def _in(self, peer: int) -> list[socket.socket]:
         with self.cond:

@@ -157,83 +157,78 @@ def test_recording_transport_records_messages_and_bytes_per_peer(local):
 # --- TCP on 127.0.0.1 ---------------------------------------------------------------------------
 
 
-def tcp_world(world: int, channels: int, dscp=None) -> list[TcpTransport]:
-    ports = free_ports(world)
-    table = {r: ("127.0.0.1", p) for r, p in enumerate(ports)}
-    return [TcpTransport(r, world, table, channels=channels, dscp=dscp, connect_timeout_s=IO_TIMEOUT_S,
-                         io_timeout_s=IO_TIMEOUT_S, min_part_bytes=1024) for r in range(world)]
+@pytest.fixture
+def tcp_world():
+    """Makes worlds of TCP transports on 127.0.0.1 and closes them after the test."""
+    made = []
+
+    def make(world: int, channels: int, dscp=None) -> list[TcpTransport]:
+        table = {r: ("127.0.0.1", p) for r, p in enumerate(free_ports(world))}
+        made.extend(TcpTransport(r, world, table, channels=channels, dscp=dscp,
+                                 connect_timeout_s=IO_TIMEOUT_S, io_timeout_s=IO_TIMEOUT_S,
+                                 min_part_bytes=1024) for r in range(world))
+        return made[-world:]
+
+    yield make
+    for t in made:
+        t.close()
 
 
-def test_tcp_messages_arrive_whole_over_several_channels():
+def test_tcp_messages_arrive_whole_over_several_channels(tcp_world):
     transports = tcp_world(WORLD, channels=3)
-    try:
-        results = exchange_all(transports)
-        assert all(all(ok.values()) and len(ok) == WORLD - 1 for ok in results)
-        # on demand: each rank dialled every peer once per channel
-        assert all(sorted(t.outgoing) == sorted(set(range(WORLD)) - {t.rank}) for t in transports)
-        assert all(len(socks) == 3 for t in transports for socks in t.outgoing.values())
-    finally:
-        for t in transports:
-            t.close()
+    results = exchange_all(transports)
+    assert all(all(ok.values()) and len(ok) == WORLD - 1 for ok in results)
+    # on demand: each rank dialled every peer once per channel
+    assert all(sorted(t.outgoing) == sorted(set(range(WORLD)) - {t.rank}) for t in transports)
+    assert all(len(socks) == 3 for t in transports for socks in t.outgoing.values())
 
 
-def test_tcp_connections_carry_nodelay_and_dscp_and_only_where_used():
+def test_tcp_connections_carry_nodelay_and_dscp_and_only_where_used(tcp_world):
     transports = tcp_world(3, channels=2, dscp=26)
-    try:
-        def rank_main(rank):
-            t = transports[rank]
-            t.barrier()  # a ring: every rank needs only its successor
-            return sorted(t.outgoing)
 
-        assert run_ranks(3, rank_main) == [[1], [2], [0]]
-        for t in transports:
-            for sock in t.outgoing[(t.rank + 1) % 3]:
-                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-                assert sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 26 << 2
-    finally:
-        for t in transports:
-            t.close()
+    def rank_main(rank):
+        t = transports[rank]
+        t.barrier()  # a ring: every rank needs only its successor
+        return sorted(t.outgoing)
+
+    assert run_ranks(3, rank_main) == [[1], [2], [0]]
+    for t in transports:
+        for sock in t.outgoing[(t.rank + 1) % 3]:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            assert sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 26 << 2
 
 
-def test_tcp_full_mesh_connect():
+def test_tcp_full_mesh_connect(tcp_world):
     transports = tcp_world(3, channels=1)
-    try:
-        run_ranks(3, lambda r: transports[r].connect())
-        for t in transports:
-            assert sorted(t.outgoing) == sorted(t.incoming) == sorted({0, 1, 2} - {t.rank})
-    finally:
-        for t in transports:
-            t.close()
+    run_ranks(3, lambda r: transports[r].connect())
+    for t in transports:
+        assert sorted(t.outgoing) == sorted(t.incoming) == sorted({0, 1, 2} - {t.rank})
 
 
-def test_tcp_sendrecv_before_the_peer_has_dialled_back():
+def test_tcp_sendrecv_before_the_peer_has_dialled_back(tcp_world):
     """A parameter-server push-pull: the server dials the worker only to answer, after it got
     the push; the worker's sendrecv must not wait for that connection before sending."""
     transports = tcp_world(2, channels=2)
     data = np.arange(100_000, dtype=np.float32)
-    try:
-        def rank_main(rank):
-            t = transports[rank]
-            buf = np.empty_like(data)
-            if rank == 0:
-                t.recv(1, buf)
-                t.send(1, buf * 2)
-                return None
-            t.sendrecv(0, data, 0, buf)
-            return buf
 
-        np.testing.assert_array_equal(run_ranks(2, rank_main)[1], data * 2)
-    finally:
-        for t in transports:
-            t.close()
+    def rank_main(rank):
+        t = transports[rank]
+        buf = np.empty_like(data)
+        if rank == 0:
+            t.recv(1, buf)
+            t.send(1, buf * 2)
+            return None
+        t.sendrecv(0, data, 0, buf)
+        return buf
+
+    np.testing.assert_array_equal(run_ranks(2, rank_main)[1], data * 2)
 
 
-def test_tcp_ignores_connections_without_a_valid_hello():
+def test_tcp_ignores_connections_without_a_valid_hello(tcp_world):
     transports = tcp_world(2, channels=1)
-    try:
-        stray = socket.create_connection(transports[0].addresses[0])
+    with socket.create_connection(transports[0].addresses[0]) as stray, \
+            socket.create_connection(transports[0].addresses[0]) as bogus:
         stray.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        bogus = socket.create_connection(transports[0].addresses[0])
         bogus.sendall(HELLO.pack(HELLO_MAGIC, 7, 0))  # rank 7 does not exist
         data = np.arange(1000, dtype=np.float32)
 
@@ -246,11 +241,6 @@ def test_tcp_ignores_connections_without_a_valid_hello():
             return out
 
         np.testing.assert_array_equal(run_ranks(2, rank_main)[0], data)
-        stray.close()
-        bogus.close()
-    finally:
-        for t in transports:
-            t.close()
 
 
 # --- the host programs as 4 processes over TCP --------------------------------------------------
@@ -303,6 +293,21 @@ def test_allreduce_program_is_a_drop_in_with_hash_verification():
                              lambda r: args(r, wrong_digest))
     assert [code for code, _ in out] == [1] * WORLD
     assert all(not res["verified"] and res["wrong"] == 0 for _, res in out)  # the data was right
+
+
+def test_allreduce_program_with_the_orchestrators_arguments():
+    """The argument list testbed.experiment builds (every rank on one port, knowing only its
+    successor's address), each rank on its own loopback address."""
+    size_bytes, channels = 4 * 5000, 4
+    (port,) = free_ports(1)
+    digest = expected_digest(WORLD, size_bytes, seed=1)
+    out = run_rank_processes("testbed.traffic.collectives.allreduce", WORLD, lambda r: [
+        "--rank", str(r), "--world", str(WORLD), "--next-ip", f"127.0.0.{(r + 1) % WORLD + 1}",
+        "--listen-ip", f"127.0.0.{r + 1}", "--port", str(port), "--size-bytes", str(size_bytes),
+        "--channels", str(channels), "--seed", "1", "--warmup", "1", "--iters", "2",
+        "--expect-sha256", digest])
+    assert [code for code, _ in out] == [0] * WORLD
+    assert all(res["verified"] and res["channels"] == channels for _, res in out)
 
 
 def test_programs_report_errors_as_json():

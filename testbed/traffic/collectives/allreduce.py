@@ -19,15 +19,7 @@ import time
 
 from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, expected_sum, op_sizes
 from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
-from testbed.traffic.collectives.program import (
-    DEFAULT_PORT,
-    open_transport,
-    parse_groups,
-    parse_hosts,
-    run_program,
-    tcp_counters,
-    tcp_delta,
-)
+from testbed.traffic.collectives.program import DEFAULT_PORT, RankSession, parse_groups, parse_hosts, run_program
 from testbed.traffic.collectives.runner import PreparedCollective
 from testbed.traffic.collectives.transport import CONNECT_TIMEOUT_S, IO_TIMEOUT_S
 
@@ -41,6 +33,7 @@ def parse_args(argv):
     where.add_argument("--next-ip", help="the ring successor's address (ring only)")
     where.add_argument("--hosts", help="every rank's ip[:port], in rank order")
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="listening port of every rank")
+    ap.add_argument("--listen-ip", default="0.0.0.0", help="address to listen on with --next-ip")
     ap.add_argument("--size-bytes", type=int, required=True, help="AllReduce size S (float32)")
     ap.add_argument("--algo", choices=ALGORITHMS[ALLREDUCE], default="ring")
     ap.add_argument("--groups", default=None, help="node groups for hierarchical: 0,1/2,3")
@@ -77,11 +70,12 @@ def body(argv) -> dict:
     else:
         world = args.world
         addresses = {(args.rank + 1) % world: (args.next_ip, args.port)}
-        listen = ("0.0.0.0", args.port)
+        listen = (args.listen_ip, args.port)
     sizes = op_sizes(ALLREDUCE, args.size_bytes, world)
-    tcp_start = tcp_counters()
     times_s, wrong, verified = [], 0, True
-    with open_transport(args, addresses, world, listen) as transport, Executor(transport) as executor:
+    with RankSession(args, addresses=addresses, world=world, listen=listen) as session, \
+            Executor(session.transport) as executor:
+        transport = session.transport
         coll = PreparedCollective(executor, sizes, args.algo, args.seed, args.slice_bytes,
                                   groups=args.groups)
         timed_start = None
@@ -99,8 +93,7 @@ def body(argv) -> dict:
                 verified = False
                 wrong = max(wrong, coll.wrong())
         timed_end = time.monotonic()
-        tcp = tcp_delta(tcp_start, tcp_counters())
-        transport.barrier()
+        tcp, _ = session.finish()
     return {"rank": args.rank, "times_s": times_s, "verified": verified, "wrong": wrong,
             "size_bytes": sizes.size_bytes, "channels": args.channels, "algorithm": args.algo,
             "timed_window_monotonic_s": [timed_start, timed_end], **tcp}

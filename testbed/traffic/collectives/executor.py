@@ -82,22 +82,19 @@ class _Hazards:
                 state.insert(i + 1, (state[i][0], list(state[i][1])))
         return state, range(bisect_left(bounds, region.start), bisect_left(bounds, region.end))
 
-    def read(self, task: int, region: Region, deps: set) -> None:
+    def touch(self, task: int, region: Region, deps: set, write: bool) -> None:
+        """Record that ``task`` reads or writes ``region``; add to ``deps`` what it must wait
+        for: the last writer, and for a write also every reader since."""
         state, covering = self._segments(region)
         for i in covering:
             writer, readers = state[i]
             if writer is not None:
                 deps.add(writer)
-            readers.append(task)
-
-    def write(self, task: int, region: Region, deps: set) -> None:
-        state, covering = self._segments(region)
-        for i in covering:
-            writer, readers = state[i]
-            if writer is not None:
-                deps.add(writer)
-            deps.update(readers)
-            state[i] = (task, [])
+            if write:
+                deps.update(readers)
+                state[i] = (task, [])
+            else:
+                readers.append(task)
 
 
 def _sliced(region: Region, slice_elems: int) -> list[Region]:
@@ -124,12 +121,12 @@ def plan_rank(schedule: Schedule, rank: int, slice_elems: int) -> RankPlan:
                 index, deps = len(tasks), set()
                 source = sources[j] if sources else None
                 if op.kind == SEND:
-                    hazards.read(index, piece, deps)
+                    hazards.touch(index, piece, deps, write=False)
                     send_q.setdefault(op.peer, []).append(index)
                 else:
                     if source is not None:
-                        hazards.read(index, source, deps)
-                    hazards.write(index, piece, deps)
+                        hazards.touch(index, source, deps, write=False)
+                    hazards.touch(index, piece, deps, write=True)
                     (recv_q.setdefault(op.peer, []) if op.kind == RECV else local).append(index)
                 tasks.append(Task(op.kind, op.peer, piece, op.combine, source, tuple(sorted(deps))))
     return RankPlan(rank, tuple(tasks), {p: tuple(q) for p, q in send_q.items()},

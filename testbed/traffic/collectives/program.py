@@ -76,6 +76,33 @@ def open_transport(args, addresses: dict | None = None, world: int | None = None
                         connect_timeout_s=args.connect_timeout_s, io_timeout_s=args.io_timeout_s)
 
 
+class RankSession:
+    """One run of a rank program: its transport, opened from the arguments, and this
+    namespace's TCP counters from the start. ``finish`` ends every program the same way."""
+
+    def __init__(self, args, **open_kwargs):
+        self.tcp_start = tcp_counters()
+        self.transport = open_transport(args, **open_kwargs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.transport.close()
+
+    def finish(self, summary: dict | None = None) -> tuple[dict, list | None]:
+        """TCP segments sent and retransmitted since the start; then, with a ``summary``,
+        every rank's summary (with its TCP counts) at rank 0 (None elsewhere); and a last
+        barrier, so no rank closes its connections while another still reads."""
+        tcp = tcp_delta(self.tcp_start, tcp_counters())
+        self.transport.barrier()
+        everyone = None
+        if summary is not None:
+            everyone = gather_json(self.transport, {**summary, **tcp})
+            self.transport.barrier()
+        return tcp, everyone
+
+
 def add_cost_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--link-rate-mbit", type=float, default=None,
                     help="bottleneck rate between ranks for the cost model (default: calibrate)")

@@ -28,17 +28,14 @@ from testbed.traffic.collectives.data import (
 )
 from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
 from testbed.traffic.collectives.program import (
+    RankSession,
     add_cost_arguments,
     cost_links,
-    gather_json,
     links_json,
-    open_transport,
     parse_groups,
     parse_size,
     rank_parser,
     run_program,
-    tcp_counters,
-    tcp_delta,
 )
 from testbed.traffic.collectives.runner import PreparedCollective
 
@@ -121,11 +118,11 @@ def candidates(op: str, groups) -> tuple[str, ...]:
     return tuple(a for a in ALGORITHMS[op] if a != "hierarchical" or groups)
 
 
-def run_sweep(args, transport) -> dict:
+def run_sweep(args, session: RankSession) -> dict:
+    transport = session.transport
     world = transport.world
     link, intra, source = cost_links(args, transport)
     model_kwargs = {"slice_bytes": args.slice_bytes, "groups": args.groups, "intra": intra}
-    tcp_start = tcp_counters()
     mine = []
     timed_start = None
     with Executor(transport) as executor:
@@ -156,13 +153,11 @@ def run_sweep(args, transport) -> dict:
             mine.append({"size_bytes": sizes.size_bytes, "algorithm": algorithm,
                          "predicted_s": predicted, "time_s": elapsed_s, "wrong": wrong})
         timed_end = time.monotonic()
-    tcp = tcp_delta(tcp_start, tcp_counters())
-    transport.barrier()
     summary = {"rank": transport.rank, "sizes": mine, "wrong_total": sum(m["wrong"] for m in mine),
-               "timed_window_monotonic_s": [timed_start, timed_end], **tcp}
-    everyone = gather_json(transport, summary)
+               "timed_window_monotonic_s": [timed_start, timed_end]}
+    tcp, everyone = session.finish(summary)
     if everyone is None:
-        return {**summary, "verified": summary["wrong_total"] == 0}
+        return {**summary, **tcp, "verified": summary["wrong_total"] == 0}
     rows = []
     for i, m in enumerate(mine):
         sizes = op_sizes(args.op, m["size_bytes"], world)
@@ -184,10 +179,8 @@ def run_sweep(args, transport) -> dict:
 
 def body(argv) -> dict:
     args = parse_args(argv)
-    with open_transport(args) as transport:
-        out = run_sweep(args, transport)
-        transport.barrier()
-    return out
+    with RankSession(args) as session:
+        return run_sweep(args, session)
 
 
 def main(argv=None) -> int:

@@ -28,7 +28,7 @@ from testbed.traffic.collectives.schedule import chunk_bounds
 
 CONNECT_TIMEOUT_S = 60.0
 IO_TIMEOUT_S = 300.0          # a transfer that makes no progress for this long fails
-MIN_PART_BYTES = 64 * 1024    # smaller messages are not split across channels
+MIN_PART_BYTES = 16 * 1024    # a message is split over as many channels as give parts this big
 DIAL_RETRY_S = 0.05
 HELLO = struct.Struct("!4sII")  # magic, rank, channel: the first bytes on every connection
 HELLO_MAGIC = b"TBCL"

@@ -27,17 +27,14 @@ from testbed.traffic.collectives.cost import predict_s
 from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, ITEMSIZE, op_sizes
 from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
 from testbed.traffic.collectives.program import (
+    RankSession,
     add_cost_arguments,
     cost_links,
-    gather_json,
     links_json,
-    open_transport,
     parse_groups,
     parse_size,
     rank_parser,
     run_program,
-    tcp_counters,
-    tcp_delta,
 )
 from testbed.traffic.collectives.runner import PreparedCollective
 from testbed.traffic.collectives.transport import RecordingTransport
@@ -231,8 +228,8 @@ def body(argv) -> dict:
         forward_s, backward_s = args.forward_ms / 1e3, args.backward_ms / 1e3
     ready = bucket_ready_s(buckets, backward_durations(model, backward_s, args.split))
     message_bytes = [scaled_elems(b.size_bytes, args.scale) * ITEMSIZE for b in buckets]
-    tcp_start = tcp_counters()
-    with open_transport(args) as inner:
+    with RankSession(args) as session:
+        inner = session.transport
         recorder = RecordingTransport(inner, origin_s=0.0)
         world = inner.world
         link, intra, source = cost_links(args, inner)
@@ -256,10 +253,7 @@ def body(argv) -> dict:
                 if step >= args.warmup_steps:
                     steps.append(result)
             timed_end = time.monotonic()
-        tcp = tcp_delta(tcp_start, tcp_counters())
-        inner.barrier()
-        everyone = gather_json(inner, [s["step_s"] for s in steps])
-        inner.barrier()
+        tcp, everyone = session.finish({"step_s": [s["step_s"] for s in steps]})
     if args.trace_out:
         write_rank_events(args.trace_out, recorder)
     out = {"rank": args.rank, "world": world, "model": args.model, "params": model.total_params,
@@ -275,7 +269,7 @@ def body(argv) -> dict:
            "wrong": wrong, "verified": wrong == 0,
            "timed_window_monotonic_s": [timed_start, timed_end], **tcp}
     if everyone is not None:
-        per_step = [max(rank_steps[i] for rank_steps in everyone) for i in range(len(steps))]
+        per_step = [max(r["step_s"][i] for r in everyone) for i in range(len(steps))]
         out["job_step_s"] = per_step
         out["job_mean_step_s"] = mean(per_step)
     return out

@@ -26,14 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from testbed.traffic.collectives.program import (
-    gather_json,
-    open_transport,
-    rank_parser,
-    run_program,
-    tcp_counters,
-    tcp_delta,
-)
+from testbed.traffic.collectives.program import RankSession, rank_parser, run_program
 from testbed.traffic.collectives.schedule import chunk_bounds
 from testbed.traffic.collectives.transport import RecordingTransport
 from testbed.traffic.training.compute import add_compute_argument, compute
@@ -195,8 +188,8 @@ def body(argv) -> dict:
     split = round(args.split_mb * MIB) if args.split_mb else None
     shards = shard_parameters(model.param_bytes(), args.servers, split)
     elems = [scaled_elems(s.size_bytes, args.scale) for s in shards]
-    tcp_start = tcp_counters()
-    with open_transport(args) as inner:
+    with RankSession(args) as session:
+        inner = session.transport
         workers = inner.world - args.servers
         if workers < 1:
             raise ValueError(f"{inner.world} ranks leave no worker beside {args.servers} servers")
@@ -209,11 +202,8 @@ def body(argv) -> dict:
             role = "worker"
             result = work(recorder, args.rank - args.servers, args.servers, elems, args.steps, args.mode,
                           args.seed, args.compute_ms / 1e3, args.compute)
-        tcp = tcp_delta(tcp_start, tcp_counters())
-        inner.barrier()
-        everyone = gather_json(inner, {"role": role, "wrong": result["wrong"],
-                                       "steps": result.get("steps", [])})
-        inner.barrier()
+        tcp, everyone = session.finish({"role": role, "wrong": result["wrong"],
+                                        "steps": result.get("steps", [])})
     out = {"rank": args.rank, "role": role, "mode": args.mode, "servers": args.servers,
            "workers": workers, "model": args.model, "scale": args.scale,
            "shard_bytes": [s.size_bytes for s in shards], "shard_message_bytes": [n * 4 for n in elems],

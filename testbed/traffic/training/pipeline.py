@@ -30,15 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from testbed.traffic.collectives.data import rank_data
-from testbed.traffic.collectives.program import (
-    gather_json,
-    open_transport,
-    parse_size,
-    rank_parser,
-    run_program,
-    tcp_counters,
-    tcp_delta,
-)
+from testbed.traffic.collectives.program import RankSession, parse_size, rank_parser, run_program
 from testbed.traffic.collectives.transport import Transport
 from testbed.traffic.training.compute import add_compute_argument, compute
 from testbed.traffic.training.gantt import plot_gantt
@@ -245,8 +237,8 @@ def body(argv) -> dict:
     args = parse_args(argv)
     elems = max(1, args.activation_bytes // 4)
     forward_s, backward_s = args.forward_ms / 1e3, args.backward_ms / 1e3
-    tcp_start = tcp_counters()
-    with open_transport(args) as transport:
+    with RankSession(args) as session:
+        transport = session.transport
         stages = transport.world
         schedule = SCHEDULES[args.schedule](stages, args.micro_batches)
         ops = schedule[transport.rank]
@@ -256,10 +248,7 @@ def body(argv) -> dict:
             records, bad = run_stage(transport, ops, forward_s, backward_s, elems, args.seed, args.compute)
             wrong += bad
             steps.append([asdict(r) for r in records])
-        tcp = tcp_delta(tcp_start, tcp_counters())
-        transport.barrier()
-        everyone = gather_json(transport, steps)
-        transport.barrier()
+        tcp, everyone = session.finish({"steps": steps})
     out = {"rank": args.rank, "stage": args.rank, "schedule": args.schedule, "stages": stages,
            "micro_batches": args.micro_batches, "activation_bytes": elems * 4,
            "peak_in_flight": peak_in_flight(ops), "wrong": wrong, "verified": wrong == 0, **tcp}
@@ -268,7 +257,7 @@ def body(argv) -> dict:
     predicted = simulate_pipeline(schedule, forward_s, backward_s)
     per_step = []
     for i in range(args.steps):
-        records = [OpRecord(**r) for rank_steps in everyone for r in rank_steps[i]]
+        records = [OpRecord(**r) for rank in everyone for r in rank["steps"][i]]
         makespan = max(r.end_s for r in records) - min(r.start_s for r in records)
         per_step.append({"makespan_s": makespan, "bubble": measured_bubble(records, stages)})
     out.update({
@@ -277,7 +266,7 @@ def body(argv) -> dict:
         "bubble_theory": bubble_fraction(stages, args.micro_batches),
         "makespan_predicted_s": max(r.end_s for r in predicted),
         "peak_in_flight_per_stage": [peak_in_flight(s) for s in schedule],
-        "records": [r for rank_steps in everyone for r in rank_steps[-1]],
+        "records": [r for rank in everyone for r in rank["steps"][-1]],
     })
     if args.gantt:
         plot_gantt([OpRecord(**r) for r in out["records"]], args.gantt,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.traffic.collectives.program import gather_json, open_transport, rank_parser, run_program
+from testbed.traffic.collectives.program import RankSession, rank_parser, run_program
 from testbed.traffic.collectives.transport import RecordingTransport, Transport
 from testbed.traffic.training.compute import wait_until
 
@@ -187,15 +187,13 @@ def body(argv) -> dict:
     messages = load_trace(args.trace)
     if args.rank == 0 and args.write_merged:
         write_trace(Path(args.write_merged), messages)
-    with open_transport(args) as transport:
-        mine = replay(transport, messages, args.speed)
-        transport.barrier()
-        everyone = gather_json(transport, {"done": mine["done"], "corrupt": mine["corrupt"],
-                                           "max_lateness_s": max(mine["sent"].values(), default=0.0)})
-        transport.barrier()
+    with RankSession(args) as session:
+        mine = replay(session.transport, messages, args.speed)
+        tcp, everyone = session.finish({"done": mine["done"], "corrupt": mine["corrupt"],
+                                        "max_lateness_s": max(mine["sent"].values(), default=0.0)})
     out = {"rank": args.rank, "sent": len(mine["sent"]), "received": len(mine["done"]),
            "corrupt": mine["corrupt"], "max_send_lateness_s": max(mine["sent"].values(), default=0.0),
-           "verified": not mine["corrupt"]}
+           "verified": not mine["corrupt"], **tcp}
     if everyone is not None:
         done = {int(i): t for r in everyone for i, t in r["done"].items()}
         corrupt = sum(len(r["corrupt"]) for r in everyone)

@@ -20,16 +20,13 @@ from testbed.traffic.collectives.cost import predict_s
 from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, ITEMSIZE, op_sizes
 from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
 from testbed.traffic.collectives.program import (
+    RankSession,
     add_cost_arguments,
     cost_links,
-    gather_json,
     links_json,
-    open_transport,
     parse_size,
     rank_parser,
     run_program,
-    tcp_counters,
-    tcp_delta,
 )
 from testbed.traffic.collectives.runner import PreparedCollective
 from testbed.traffic.training.compute import add_compute_argument, compute
@@ -95,8 +92,8 @@ def body(argv) -> dict:
     message_bytes = scaled_elems(act_bytes, args.scale) * ITEMSIZE
     plan = tp_collectives(args.layers, message_bytes)
     half_forward_s, half_backward_s = args.layer_forward_ms / 2e3, args.layer_backward_ms / 2e3
-    tcp_start = tcp_counters()
-    with open_transport(args) as transport:
+    with RankSession(args) as session:
+        transport = session.transport
         world = transport.world
         link, intra, source = cost_links(args, transport)
         allreduce_s = predict_s(ALLREDUCE, args.algo, world, message_bytes, link, slice_bytes=args.slice_bytes)
@@ -121,10 +118,7 @@ def body(argv) -> dict:
                 wrong += sum(coll.wrong() for coll in colls)
                 if step >= args.warmup_steps:
                     steps.append({"step_s": step_s, "comm_s": comm_s, "compute_s": step_s - comm_s})
-        tcp = tcp_delta(tcp_start, tcp_counters())
-        transport.barrier()
-        everyone = gather_json(transport, [s["step_s"] for s in steps])
-        transport.barrier()
+        tcp, everyone = session.finish({"step_s": [s["step_s"] for s in steps]})
     n = max(len(steps), 1)
     out = {"rank": args.rank, "world": world, "layers": args.layers, "activation_bytes": act_bytes,
            "message_bytes": message_bytes, "allreduces_per_step": len(plan), "algorithm": args.algo,
@@ -133,7 +127,7 @@ def body(argv) -> dict:
            "predicted_step_s": predicted, "predicted_allreduce_s": allreduce_s,
            "cost_model": links_json(link, intra, source), "wrong": wrong, "verified": wrong == 0, **tcp}
     if everyone is not None:
-        out["job_step_s"] = [max(r[i] for r in everyone) for i in range(len(steps))]
+        out["job_step_s"] = [max(r["step_s"][i] for r in everyone) for i in range(len(steps))]
     return out
 
 

@@ -18,8 +18,14 @@ import sys
 import time
 
 from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, expected_sum, op_sizes
-from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
-from testbed.traffic.collectives.program import DEFAULT_PORT, RankSession, parse_groups, parse_hosts, run_program
+from testbed.traffic.collectives.executor import Executor
+from testbed.traffic.collectives.program import (
+    DEFAULT_PORT,
+    RankSession,
+    add_collective_arguments,
+    parse_hosts,
+    run_program,
+)
 from testbed.traffic.collectives.runner import PreparedCollective
 from testbed.traffic.collectives.transport import CONNECT_TIMEOUT_S, IO_TIMEOUT_S
 
@@ -35,11 +41,8 @@ def parse_args(argv):
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="listening port of every rank")
     ap.add_argument("--listen-ip", default="0.0.0.0", help="address to listen on with --next-ip")
     ap.add_argument("--size-bytes", type=int, required=True, help="AllReduce size S (float32)")
-    ap.add_argument("--algo", choices=ALGORITHMS[ALLREDUCE], default="ring")
-    ap.add_argument("--groups", default=None, help="node groups for hierarchical: 0,1/2,3")
     ap.add_argument("--channels", type=int, default=4, help="TCP connections per peer")
-    ap.add_argument("--slice-bytes", type=int, default=DEFAULT_SLICE_BYTES)
-    ap.add_argument("--seed", type=int, default=1)
+    add_collective_arguments(ap, ALGORITHMS[ALLREDUCE], "ring", "the AllReduce algorithm")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--dscp", type=int, default=None)
@@ -52,7 +55,6 @@ def parse_args(argv):
             ap.error("--next-ip needs --world")
         if args.algo != "ring":
             ap.error(f"--algo {args.algo} needs every rank's address (--hosts)")
-    args.groups = parse_groups(args.groups)
     return args
 
 

@@ -15,6 +15,7 @@ import traceback
 import numpy as np
 
 from testbed.traffic.collectives.cost import AlphaBeta, link_alpha_beta
+from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES
 from testbed.traffic.collectives.transport import (
     CONNECT_TIMEOUT_S,
     IO_TIMEOUT_S,
@@ -101,6 +102,17 @@ class RankSession:
             everyone = gather_json(self.transport, {**summary, **tcp})
             self.transport.barrier()
         return tcp, everyone
+
+
+def add_collective_arguments(ap: argparse.ArgumentParser, algorithms: tuple[str, ...] | None,
+                             default: str | None, help_algo: str = "the collective's algorithm") -> None:
+    """--algo, --groups (node groups for hierarchical), --slice-bytes and --seed."""
+    ap.add_argument("--algo", choices=algorithms, default=default, help=help_algo)
+    ap.add_argument("--groups", type=parse_groups, default=None,
+                    help="node groups for hierarchical, leader first: 0,1,2,3/4,5,6,7")
+    ap.add_argument("--slice-bytes", type=parse_size, default=DEFAULT_SLICE_BYTES,
+                    help="the executor's slice: messages stream through in pieces this big")
+    ap.add_argument("--seed", type=int, default=1, help="seeds every rank's data")
 
 
 def add_cost_arguments(ap: argparse.ArgumentParser) -> None:

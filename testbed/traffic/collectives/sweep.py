@@ -26,13 +26,13 @@ from testbed.traffic.collectives.data import (
     TYPE_NAME,
     op_sizes,
 )
-from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
+from testbed.traffic.collectives.executor import Executor
 from testbed.traffic.collectives.program import (
     RankSession,
+    add_collective_arguments,
     add_cost_arguments,
     cost_links,
     links_json,
-    parse_groups,
     parse_size,
     rank_parser,
     run_program,
@@ -94,7 +94,6 @@ def result_row(op: str, world: int, sizes, algorithm: str, root: int, rank_times
 def parse_args(argv):
     ap = rank_parser(__doc__)
     ap.add_argument("--op", choices=OPS, default=ALLREDUCE)
-    ap.add_argument("--algo", default=None, help="an algorithm of --op, or auto (default: its first)")
     ap.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
     ap.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("1M"))
     ap.add_argument("-f", "--stepfactor", type=float, default=2.0)
@@ -102,15 +101,12 @@ def parse_args(argv):
     ap.add_argument("-n", "--iters", type=int, default=5)
     ap.add_argument("-c", "--check", type=int, default=1, help="1: check results (#wrong), 0: do not")
     ap.add_argument("--root", type=int, default=0, help="Broadcast root")
-    ap.add_argument("--groups", default=None, help="node groups for hierarchical: 0,1,2,3/4,5,6,7")
-    ap.add_argument("--slice-bytes", type=parse_size, default=DEFAULT_SLICE_BYTES)
-    ap.add_argument("--seed", type=int, default=1)
+    add_collective_arguments(ap, None, None, "an algorithm of --op, or auto (default: its first)")
     add_cost_arguments(ap)
     args = ap.parse_args(argv)
     args.algo = args.algo or ALGORITHMS[args.op][0]
     if args.algo != AUTO and args.algo not in ALGORITHMS[args.op]:
         ap.error(f"{args.op} has no algorithm {args.algo!r}; known: {', '.join(ALGORITHMS[args.op])}, auto")
-    args.groups = parse_groups(args.groups)
     return args
 
 

@@ -25,14 +25,13 @@ from typing import Sequence
 
 from testbed.traffic.collectives.cost import predict_s
 from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, ITEMSIZE, op_sizes
-from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
+from testbed.traffic.collectives.executor import Executor
 from testbed.traffic.collectives.program import (
     RankSession,
+    add_collective_arguments,
     add_cost_arguments,
     cost_links,
     links_json,
-    parse_groups,
-    parse_size,
     rank_parser,
     run_program,
 )
@@ -166,16 +165,11 @@ def parse_args(argv):
                     help="how backward time splits over the parameters")
     ap.add_argument("--bucket-cap-mb", type=float, default=DEFAULT_BUCKET_CAP_BYTES / MIB)
     ap.add_argument("--first-bucket-mb", type=float, default=DEFAULT_FIRST_BUCKET_BYTES / MIB)
-    ap.add_argument("--algo", choices=ALGORITHMS[ALLREDUCE], default="ring")
-    ap.add_argument("--groups", default=None, help="node groups for hierarchical: 0,1/2,3")
-    ap.add_argument("--slice-bytes", type=parse_size, default=DEFAULT_SLICE_BYTES)
-    ap.add_argument("--seed", type=int, default=1)
+    add_collective_arguments(ap, ALGORITHMS[ALLREDUCE], "ring", "the buckets' AllReduce algorithm")
     ap.add_argument("--trace-out", default=None, help="write this rank's messages as JSON lines")
     add_compute_argument(ap)
     add_cost_arguments(ap)
-    args = ap.parse_args(argv)
-    args.groups = parse_groups(args.groups)
-    return args
+    return ap.parse_args(argv)
 
 
 def run_step(colls, ready_s, forward_s, backward_s, mode, recorder, step) -> dict:

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 from testbed.traffic.collectives.cost import predict_s
 from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, ITEMSIZE, op_sizes
-from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor
+from testbed.traffic.collectives.executor import Executor
 from testbed.traffic.collectives.program import (
     RankSession,
+    add_collective_arguments,
     add_cost_arguments,
     cost_links,
     links_json,
-    parse_size,
     rank_parser,
     run_program,
 )
@@ -78,9 +78,7 @@ def parse_args(argv):
     ap.add_argument("--layer-backward-ms", type=float, default=8.0)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup-steps", type=int, default=1)
-    ap.add_argument("--algo", choices=ALGORITHMS[ALLREDUCE], default="ring")
-    ap.add_argument("--slice-bytes", type=parse_size, default=DEFAULT_SLICE_BYTES)
-    ap.add_argument("--seed", type=int, default=1)
+    add_collective_arguments(ap, ALGORITHMS[ALLREDUCE], "ring", "the activations' AllReduce algorithm")
     add_compute_argument(ap)
     add_cost_arguments(ap)
     return ap.parse_args(argv)
@@ -96,12 +94,14 @@ def body(argv) -> dict:
         transport = session.transport
         world = transport.world
         link, intra, source = cost_links(args, transport)
-        allreduce_s = predict_s(ALLREDUCE, args.algo, world, message_bytes, link, slice_bytes=args.slice_bytes)
+        allreduce_s = predict_s(ALLREDUCE, args.algo, world, message_bytes, link, slice_bytes=args.slice_bytes,
+                                groups=args.groups, intra=intra)
         predicted = predict_tp_step_s(args.layers, 2 * half_forward_s, 2 * half_backward_s, allreduce_s)
         steps, wrong = [], 0
         with Executor(transport) as executor:
             sizes = op_sizes(ALLREDUCE, message_bytes, world)
-            colls = [PreparedCollective(executor, sizes, args.algo, args.seed + i, args.slice_bytes)
+            colls = [PreparedCollective(executor, sizes, args.algo, args.seed + i, args.slice_bytes,
+                                        groups=args.groups)
                      for i in range(len(plan))]
             for step in range(args.warmup_steps + args.steps):
                 for coll in colls:

@@ -15,7 +15,8 @@ import traceback
 import numpy as np
 
 from testbed.traffic.collectives.cost import AlphaBeta, link_alpha_beta
-from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES
+from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor, plan_rank
+from testbed.traffic.collectives.schedule import Schedule, make_schedule, new_phase, recv, send
 from testbed.traffic.collectives.transport import (
     CONNECT_TIMEOUT_S,
     IO_TIMEOUT_S,
@@ -27,7 +28,7 @@ DEFAULT_PORT = 29500
 SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 CALIBRATE_SMALL_BYTES = 8
 CALIBRATE_LARGE_BYTES = 4 * 2**20
-CALIBRATE_REPEATS = 5
+CALIBRATE_REPEATS = 10
 LENGTH = struct.Struct("!Q")
 
 
@@ -131,7 +132,7 @@ def cost_links(args, transport: Transport) -> tuple[AlphaBeta, AlphaBeta, str]:
         link = link_alpha_beta(args.link_rate_mbit, host_latency_s=(args.alpha_us or 0.0) * 1e-6)
         source = "arguments"
     else:
-        link = calibrate(transport)
+        link = calibrate(transport, args.slice_bytes)
         source = "calibrated by ping-pong between ranks 0 and 1"
     intra = link
     if args.intra_link_rate_mbit is not None:
@@ -149,30 +150,39 @@ def links_json(link: AlphaBeta, intra: AlphaBeta, source: str) -> dict:
     return {"source": source, "link": alpha_beta_json(link), "intra_link": alpha_beta_json(intra)}
 
 
-def ping_pong_s(transport: Transport, size_bytes: int, repeats: int) -> float:
-    """Best round trip of ``size_bytes`` between ranks 0 and 1 (others do nothing)."""
+def ping_pong_schedule(world: int, size_bytes: int) -> Schedule:
+    """Rank 0 sends ``size_bytes`` to rank 1, which sends them back; the others idle."""
+    phase = new_phase(world, 2)
+    phase[0][0].append(send(1, 0, size_bytes))
+    phase[1][0].append(recv(0, 0, size_bytes))
+    phase[1][1].append(send(0, 0, size_bytes))
+    phase[0][1].append(recv(1, 0, size_bytes))
+    return make_schedule("ping_pong", world, [phase], size_bytes)
+
+
+def ping_pong_s(executor: Executor, size_bytes: int, repeats: int, slice_bytes: int) -> float:
+    """Best round trip of ``size_bytes`` between ranks 0 and 1, through the executor as
+    every collective runs, so its threads' hand-offs count in alpha."""
+    rank = executor.transport.rank
+    plan = plan_rank(ping_pong_schedule(executor.transport.world, size_bytes), rank, slice_bytes)
     buf = np.zeros(size_bytes, dtype=np.uint8)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.monotonic()
-        if transport.rank == 0:
-            transport.send(1, buf)
-            transport.recv(1, buf)
-        elif transport.rank == 1:
-            transport.recv(0, buf)
-            transport.send(0, buf)
+        executor.run(plan, buf)
         best = min(best, time.monotonic() - t0)
     return best
 
 
-def calibrate(transport: Transport) -> AlphaBeta:
+def calibrate(transport: Transport, slice_bytes: int = DEFAULT_SLICE_BYTES) -> AlphaBeta:
     """alpha from the round trip of a tiny message, beta from a large one, measured between
     ranks 0 and 1 and sent by rank 0 to every rank."""
     if transport.world < 2:
         return AlphaBeta(0.0, 1e-12)
     transport.barrier()
-    small = ping_pong_s(transport, CALIBRATE_SMALL_BYTES, CALIBRATE_REPEATS)
-    large = ping_pong_s(transport, CALIBRATE_LARGE_BYTES, CALIBRATE_REPEATS)
+    with Executor(transport) as executor:
+        small = ping_pong_s(executor, CALIBRATE_SMALL_BYTES, CALIBRATE_REPEATS, slice_bytes)
+        large = ping_pong_s(executor, CALIBRATE_LARGE_BYTES, CALIBRATE_REPEATS, slice_bytes)
     measured = [small / 2, max(large / 2 - small / 2, 1e-12) / CALIBRATE_LARGE_BYTES]
     alpha_s, beta_s_per_byte = broadcast_json(transport, measured if transport.rank == 0 else None)
     return AlphaBeta(alpha_s, beta_s_per_byte)

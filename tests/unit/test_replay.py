@@ -118,7 +118,7 @@ def test_replay_program_over_tcp_on_a_ddp_trace(tmp_path):
     out = run_rank_processes("testbed.traffic.training.ddp", world, lambda r: [
         "--rank", str(r), "--hosts", hosts, "--scale", "0.001", "--steps", "1", "--warmup-steps", "0",
         "--forward-ms", "10", "--backward-ms", "20", "--channels", "1", "--link-rate-mbit", "1000",
-        "--trace-out", str(traces[r])])
+        "--trace-out", str(tmp_path / "rank{rank}.jsonl")])
     assert [code for code, _ in out] == [0] * world
     messages = load_trace(traces)
     assert messages and all(m.tag.startswith("step0/bucket") for m in messages)

@@ -166,7 +166,8 @@ def parse_args(argv):
     ap.add_argument("--bucket-cap-mb", type=float, default=DEFAULT_BUCKET_CAP_BYTES / MIB)
     ap.add_argument("--first-bucket-mb", type=float, default=DEFAULT_FIRST_BUCKET_BYTES / MIB)
     add_collective_arguments(ap, ALGORITHMS[ALLREDUCE], "ring", "the buckets' AllReduce algorithm")
-    ap.add_argument("--trace-out", default=None, help="write this rank's messages as JSON lines")
+    ap.add_argument("--trace-out", default=None,
+                    help="write this rank's messages as JSON lines here ({rank} becomes the rank)")
     add_compute_argument(ap)
     add_cost_arguments(ap)
     return ap.parse_args(argv)
@@ -249,7 +250,7 @@ def body(argv) -> dict:
             timed_end = time.monotonic()
         tcp, everyone = session.finish({"step_s": [s["step_s"] for s in steps]})
     if args.trace_out:
-        write_rank_events(args.trace_out, recorder)
+        write_rank_events(args.trace_out.format(rank=args.rank), recorder)
     out = {"rank": args.rank, "world": world, "model": args.model, "params": model.total_params,
            "scale": args.scale, "algorithm": args.algo, "channels": args.channels,
            "forward_s": forward_s, "backward_s": backward_s, "split": args.split,

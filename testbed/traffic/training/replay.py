@@ -8,8 +8,9 @@ it completed). ``merge_events`` pairs the k-th send from a to b with the k-th re
 from a, and makes times relative to the first send: the trace, one line per message
 {"t_s", "src", "dst", "bytes", "tag", "done_s"}.
 
-Replaying (``python -m testbed.traffic.training.replay --trace ...`` in every rank): after a
-barrier each rank sends its messages at start + t_s (later if the previous message to the
+Replaying (``python -m testbed.traffic.training.replay --trace ...`` in every rank): rank 0
+sets a start time on the machine's monotonic clock and sends it to every rank, then each rank
+sends its messages at start + t_s (later if the previous message to the
 same peer is still going: per-pair order is kept), with one sender and one receiver thread
 per peer, fills each message with a pattern of its index and checks it on arrival. Rank 0
 prints the completion times beside the recorded ones.
@@ -26,11 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.traffic.collectives.program import RankSession, rank_parser, run_program
+from testbed.traffic.collectives.program import RankSession, broadcast_json, rank_parser, run_program
 from testbed.traffic.collectives.transport import RecordingTransport, Transport
 from testbed.traffic.training.compute import wait_until
 
 PATTERN_MODULUS = 251  # message i is filled with the byte i mod 251
+START_MARGIN_S = 0.05  # rank 0 sets the common start this far ahead, to reach every rank first
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,9 @@ def replay(transport: Transport, messages: list[TraceMessage], speed: float = 1.
     sent, done, corrupt = {}, {}, []
     lock = threading.Lock()
     errors: list[BaseException] = []
-    transport.barrier()
-    start = time.monotonic()
+    # one start for every rank: CLOCK_MONOTONIC is the machine's, shared by every emulated host
+    start = broadcast_json(transport, time.monotonic() + START_MARGIN_S if rank == 0 else None)
+    wait_until(start)
 
     def send_walk(indexes):
         for i in indexes:

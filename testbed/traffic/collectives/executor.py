@@ -194,11 +194,12 @@ class Executor:
     def __exit__(self, *exc):
         self.close()
 
-    def run(self, plan: RankPlan, work: np.ndarray, input: np.ndarray | None = None) -> None:
-        """Run ``plan`` on ``work`` (and ``input``, read only) in place."""
-        if work.size < plan.work_elems or (plan.input_elems and (input is None or input.size < plan.input_elems)):
+    def run(self, plan: RankPlan, work: np.ndarray, input_buf: np.ndarray | None = None) -> None:
+        """Run ``plan`` on ``work`` (and ``input_buf``, read only) in place."""
+        short_input = plan.input_elems and (input_buf is None or input_buf.size < plan.input_elems)
+        if work.size < plan.work_elems or short_input:
             raise ValueError(f"rank {plan.rank}: buffers smaller than the plan needs")
-        run = _Run(plan, {WORK: work, INPUT: input})
+        run = _Run(plan, {WORK: work, INPUT: input_buf})
         futures = [self.pool.submit(run.guarded, self._send_walk, run, peer, queue)
                    for peer, queue in plan.send_queues.items()]
         futures += [self.pool.submit(run.guarded, self._recv_walk, run, peer, queue)

@@ -137,15 +137,20 @@ def parallel(world: int, *phases: Phase) -> Phase:
     return out
 
 
-def make_schedule(name: str, world: int, phases: list[Phase], work_elems, input_elems=None) -> Schedule:
-    """Phases one after the other; empty phases contribute no steps."""
+def _per_rank(value, world: int) -> tuple:
+    """A per-rank tuple from one value for every rank or a list of them."""
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,) * world
+
+
+def make_schedule(name: str, world: int, phases: list[Phase], work_elems, input_elems=0) -> Schedule:
+    """Phases one after the other; empty phases contribute no steps. ``work_elems`` and
+    ``input_elems``: one size for every rank, or one per rank."""
     steps: list[list[tuple]] = [[] for _ in range(world)]
     for phase in phases:
         for r in range(world):
             steps[r].extend(tuple(ops) for ops in phase[r])
-    as_tuple = (lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v,) * world)
-    return Schedule(name, world, tuple(tuple(s) for s in steps), as_tuple(work_elems),
-                    as_tuple(input_elems if input_elems is not None else 0))
+    return Schedule(name, world, tuple(tuple(s) for s in steps), _per_rank(work_elems, world),
+                    _per_rank(input_elems, world))
 
 
 def chunk_bounds(n_elems: int, parts: int) -> list[tuple[int, int]]:

@@ -2,19 +2,21 @@
 reported as nccl-tests does (algbw, and busbw = algbw * 2(n-1)/n, which approaches the
 bottleneck link rate for a bandwidth-optimal ring).
 
-One rank per host (testbed.traffic.allreduce), ``channels`` TCP connections per ring hop as
-NCCL's channels, ``warmup`` then ``iters`` timed iterations. Measured beside it: every link
+One rank per host (testbed.traffic.collectives.allreduce), ``channels`` TCP connections per
+peer as NCCL's channels, ``warmup`` then ``iters`` timed iterations; the ring by default, or
+recursive halving-doubling, a double binary tree or the hierarchical algorithm over the
+fabric's nodes (``algorithm``). Measured beside it: every link
 direction's utilisation over the timed window, the ECMP spread over each select group's
 uplinks, TCP retransmissions, queue drops, and whether the emulator kept up.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -24,12 +26,13 @@ from testbed.errors import TestbedError
 from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.measure.stats import jain_index
 from testbed.model.verdict import at_least, holds
-from testbed.traffic.ring import algbw_gbyte, allreduce_busbw_factor, expected_sum
+from testbed.traffic.collectives.allreduce import PROGRESS_PREFIX, expected_digest
+from testbed.traffic.collectives.cost import ALLREDUCE, algbw_gbyte, busbw_factor
 
 RANK_PORT = 29500
 RANK_TIMEOUT_S = 600.0
 POLL_S = 0.5
-PROGRESS_PREFIX = "progress "  # rank 0's stderr lines: progress {"done": i, "of": n}
+ALGORITHMS = ("ring", "hd", "tree", "hierarchical")
 
 
 class AllReduceParams(Params):
@@ -41,6 +44,7 @@ class AllReduceParams(Params):
     warmup: int = Field(1, ge=0, le=100)
     iters: int = Field(3, ge=1, le=1000)
     expect_busbw_fraction: float = Field(0.9, gt=0, le=1)
+    algorithm: Literal["ring", "hd", "tree", "hierarchical"] = "ring"
 
     @field_validator("size_bytes")
     @classmethod
@@ -70,22 +74,21 @@ class AllReduce(Experiment):
         hosts = run.net.fabric.hosts
         world = len(hosts)
         p = self.params
-        n_elems = p.size_bytes // 4
-        digest = hashlib.sha256(expected_sum(world, n_elems, self.scenario.seed).tobytes()
-                                ).hexdigest()
-        run.log(f"ring AllReduce: {world} ranks, {p.size_bytes / 2**20:g} MiB float32, "
+        digest = expected_digest(world, p.size_bytes, self.scenario.seed)
+        run.log(f"{p.algorithm} AllReduce: {world} ranks, {p.size_bytes / 2**20:g} MiB float32, "
                 f"{p.channels} channels, {p.warmup} warm-up + {p.iters} timed iterations")
         drops_before = run.net.queue_drops()
         queues: dict = {}
         with run.watch() as watch, run.queues(queues):
             procs = []
             for rank, host in enumerate(hosts):
-                argv = [sys.executable, "-m", "testbed.traffic.allreduce", "--rank", str(rank),
-                        "--world", str(world), "--next-ip", hosts[(rank + 1) % world].ip,
+                argv = [sys.executable, "-m", "testbed.traffic.collectives.allreduce",
+                        "--rank", str(rank), "--hosts", ",".join(h.ip for h in hosts),
                         "--port", str(RANK_PORT), "--size-bytes", str(p.size_bytes),
-                        "--channels", str(p.channels), "--seed", str(self.scenario.seed),
-                        "--warmup", str(p.warmup), "--iters", str(p.iters),
-                        "--expect-sha256", digest]
+                        "--channels", str(p.channels), "--algo", p.algorithm,
+                        "--seed", str(self.scenario.seed), "--warmup", str(p.warmup),
+                        "--iters", str(p.iters), "--expect-sha256", digest,
+                        *groups_argv(run.net.fabric, p.algorithm)]
                 with open(run.workdir / f"rank{rank}.err", "wb") as err:
                     procs.append(run.net.popen(host.name, argv, stdout=subprocess.PIPE,
                                                stderr=err))
@@ -199,8 +202,24 @@ def collect_ranks(procs, workdir: Path, progress, iterations: int) -> list[dict]
         if proc.returncode not in (0, 1) or not out.strip():
             tail = (workdir / f"rank{rank}.err").read_text()[-400:].strip()
             raise TestbedError(f"rank {rank} failed (exit {proc.returncode}): {tail}")
-        results.append(json.loads(out))
+        result = json.loads(out)
+        if "error" in result:
+            raise TestbedError(f"rank {rank} failed: {result['error']}")
+        results.append(result)
     return results
+
+
+def groups_argv(fabric, algorithm: str) -> list[str]:
+    """``--groups`` for the hierarchical algorithm: the hosts of each NVSwitch-like node (or,
+    on other fabrics, of each edge switch), leader first, in rank order."""
+    if algorithm != "hierarchical":
+        return []
+    hosts = [h.name for h in fabric.hosts]
+    groups: dict[str, list[int]] = {}
+    for rank, name in enumerate(hosts):
+        switch, _ = fabric.host_attachment(name)
+        groups.setdefault(switch, []).append(rank)
+    return ["--groups", "/".join(",".join(map(str, g)) for g in groups.values())]
 
 
 def rank0_progress(path: Path) -> int:
@@ -222,7 +241,7 @@ def summarise(results: list[dict], size_bytes: int, rate_mbit: float) -> dict:
     per_iter_s = [max(r["times_s"][i] for r in results) for i in range(iters)]
     mean_s = sum(per_iter_s) / iters
     algbw = algbw_gbyte(size_bytes, mean_s)
-    busbw = algbw * allreduce_busbw_factor(world)
+    busbw = algbw * busbw_factor(ALLREDUCE, world)
     return {
         "world": world, "size_bytes": size_bytes,
         "verified": all(r["verified"] for r in results),

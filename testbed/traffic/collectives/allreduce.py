@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 import time
 
-from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, expected_sum, op_sizes
+from testbed.traffic.collectives.data import (
+    ALGORITHMS,
+    ALLREDUCE,
+    expected_sum,
+    op_sizes,
+)
 from testbed.traffic.collectives.executor import Executor
 from testbed.traffic.collectives.program import (
     DEFAULT_PORT,
@@ -58,6 +64,9 @@ def parse_args(argv):
     return args
 
 
+PROGRESS_PREFIX = "progress "  # rank 0's stderr lines: progress {"done": i, "of": n}
+
+
 def expected_digest(world: int, size_bytes: int, seed: int) -> str:
     """What the orchestrator passes as --expect-sha256."""
     sizes = op_sizes(ALLREDUCE, size_bytes, world)
@@ -94,6 +103,10 @@ def body(argv) -> dict:
             if hashlib.sha256(coll.work.tobytes()).hexdigest() != args.expect_sha256:
                 verified = False
                 wrong = max(wrong, coll.wrong())
+            if args.rank == 0:  # the orchestrator follows these lines (its progress display)
+                print(PROGRESS_PREFIX + json.dumps({"done": it + 1,
+                                                    "of": args.warmup + args.iters}),
+                      file=sys.stderr, flush=True)
         timed_end = time.monotonic()
         tcp, _ = session.finish()
     return {"rank": args.rank, "times_s": times_s, "verified": verified, "wrong": wrong,

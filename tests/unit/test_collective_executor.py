@@ -45,9 +45,9 @@ def run_collective(transports, op, algorithm, size_bytes, slice_bytes, runs=1) -
     root = world - 1
 
     def rank_main(rank):
-        with Executor(transports[rank]) as executor:
-            coll = PreparedCollective(executor, sizes, algorithm, SEED, slice_bytes, root,
-                                      groups_of(world))
+        with Executor(transports[rank]) as executor, \
+                PreparedCollective(executor, sizes, algorithm, SEED, slice_bytes, root,
+                                   groups_of(world)) as coll:
             wrong = 0
             for _ in range(runs):
                 coll.reset()
@@ -218,3 +218,40 @@ def test_prepared_collective_reports_wrong_elements(world_of):
         assert coll.wrong() == 7
         coll.reset()
         assert coll.wrong() == 0
+
+
+def test_channels_run_an_allreduce_as_independent_pipelines_on_disjoint_segments(world_of):
+    """As NCCL's channels: the buffer in one segment per channel, each segment's ring on its
+    own channel, every message whole on that channel's connection."""
+    transports = world_of(4, channels=3)
+    sizes = op_sizes(ALLREDUCE, 4 * 1000, 4)
+    with Executor(transports[1]) as executor, \
+            PreparedCollective(executor, sizes, "ring", SEED, 4 * 64) as coll:
+        assert len(coll.lanes) == 3
+        covered = []
+        for (lane_executor, plan), c in zip(coll.lanes, range(3)):
+            assert lane_executor.transport.channels == 1
+            assert lane_executor.transport.index == c
+            regions = {(t.region.start, t.region.end) for t in plan.tasks}
+            covered.append((min(s for s, _ in regions), max(e for _, e in regions)))
+        # 1000 elements in 3 segments: [0, 334), [334, 667), [667, 1000)
+        assert covered == [(0, 334), (334, 667), (667, 1000)]
+    # an AllGather lays its buffer out by rank: its messages are split instead
+    gather = op_sizes("allgather", 4 * 1200, 4)
+    with Executor(transports[1]) as executor, \
+            PreparedCollective(executor, gather, "ring", SEED, 4 * 64) as coll:
+        assert len(coll.lanes) == 1
+
+
+def test_a_channel_view_sends_every_message_whole_on_its_channel(world_of):
+    a, b = world_of(2, channels=2)
+    data = np.arange(5000, dtype=np.float32)
+    out = np.zeros_like(data)
+    done = threading.Thread(target=lambda: b.channel(1).recv(0, out))
+    done.start()
+    a.channel(1).send(1, data)
+    done.join(timeout=10)
+    assert np.array_equal(out, data)
+    with pytest.raises(ValueError):
+        a.channel(2)
+    assert a.channel(0) is not a and world_of(2, channels=1)[0].channel(0) is not None

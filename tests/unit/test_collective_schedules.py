@@ -305,3 +305,15 @@ def test_slice_bounds_cover_exactly(start, end, slice_elems):
 def test_slice_bounds_example():
     assert slice_bounds(3, 10, 3) == [(3, 6), (6, 9), (9, 10)]
     assert slice_bounds(4, 4, 3) == [(4, 4)]
+
+
+def test_shifted_moves_every_work_region_and_sizes_the_buffer():
+    from testbed.traffic.collectives.schedule import Region, shifted
+
+    ring = alg.ring_allreduce(3, 6)  # chunks of 2 elements
+    moved = shifted(ring, 10, 30)
+    assert moved.work_elems == (30, 30, 30) and moved.world == 3
+    for before, after in zip(ring.transfers(), moved.transfers()):
+        assert after.src_region == Region(before.src_region.start + 10,
+                                          before.src_region.end + 10)
+        assert after.dst_region.start == before.dst_region.start + 10

@@ -87,26 +87,26 @@ def body(argv) -> dict:
     with RankSession(args, addresses=addresses, world=world, listen=listen) as session, \
             Executor(session.transport) as executor:
         transport = session.transport
-        coll = PreparedCollective(executor, sizes, args.algo, args.seed, args.slice_bytes,
-                                  groups=args.groups)
         timed_start = None
-        for it in range(args.warmup + args.iters):
-            coll.reset()
-            transport.barrier()
-            t0 = time.monotonic()
-            if it == args.warmup:
-                timed_start = t0
-            coll.run()
-            elapsed = time.monotonic() - t0
-            if it >= args.warmup:
-                times_s.append(elapsed)
-            if hashlib.sha256(coll.work.tobytes()).hexdigest() != args.expect_sha256:
-                verified = False
-                wrong = max(wrong, coll.wrong())
-            if args.rank == 0:  # the orchestrator follows these lines (its progress display)
-                print(PROGRESS_PREFIX + json.dumps({"done": it + 1,
-                                                    "of": args.warmup + args.iters}),
-                      file=sys.stderr, flush=True)
+        with PreparedCollective(executor, sizes, args.algo, args.seed, args.slice_bytes,
+                                groups=args.groups) as coll:
+            for it in range(args.warmup + args.iters):
+                coll.reset()
+                transport.barrier()
+                t0 = time.monotonic()
+                if it == args.warmup:
+                    timed_start = t0
+                coll.run()
+                elapsed = time.monotonic() - t0
+                if it >= args.warmup:
+                    times_s.append(elapsed)
+                if hashlib.sha256(coll.work.tobytes()).hexdigest() != args.expect_sha256:
+                    verified = False
+                    wrong = max(wrong, coll.wrong())
+                if args.rank == 0:  # the orchestrator follows these lines (its progress)
+                    print(PROGRESS_PREFIX + json.dumps({"done": it + 1,
+                                                        "of": args.warmup + args.iters}),
+                          file=sys.stderr, flush=True)
         timed_end = time.monotonic()
         tcp, _ = session.finish()
     return {"rank": args.rank, "times_s": times_s, "verified": verified, "wrong": wrong,

@@ -42,6 +42,11 @@ class Sizes:
     size_bytes: int
     total_elems: int
 
+    def resized(self, total_elems: int) -> Sizes:
+        """The same collective on ``total_elems`` elements (a channel's segment of an
+        element-wise collective)."""
+        return Sizes(self.op, self.world, total_elems, total_elems * ITEMSIZE, total_elems)
+
 
 def op_sizes(op: str, size_bytes: int, world: int) -> Sizes:
     """The sizes nccl-tests uses for a requested ``size_bytes``: rounded down to whole

@@ -1,10 +1,19 @@
 """A collective made ready to run on one rank: its schedule compiled into this rank's plan,
 its input built from the seed, and its result checked against the expected values.
-Programs time ``run`` and count ``wrong`` after a fresh ``reset``."""
+Programs time ``run`` and count ``wrong`` after a fresh ``reset``.
+
+An AllReduce or a Broadcast over a transport with several channels runs as that many
+independent pipelines, as NCCL's channels do: the buffer cut into one segment per channel,
+each segment's collective on its own channel's connections with its own executor, all at
+once. (Other collectives lay their buffers out by rank, so their messages are split over
+the channels instead.)"""
 from __future__ import annotations
 
 import numpy as np
 
+from concurrent.futures import ThreadPoolExecutor
+
+from testbed.traffic.collectives.cost import ALLREDUCE, BROADCAST
 from testbed.traffic.collectives.data import (
     ITEMSIZE,
     Sizes,
@@ -14,7 +23,9 @@ from testbed.traffic.collectives.data import (
     initial_buffers,
 )
 from testbed.traffic.collectives.executor import DEFAULT_SLICE_BYTES, Executor, plan_rank, slice_elems_for
-from testbed.traffic.collectives.schedule import INPUT, WORK
+from testbed.traffic.collectives.schedule import INPUT, WORK, chunk_bounds, shifted
+
+CHANNELLED = (ALLREDUCE, BROADCAST)  # element-wise collectives: a segment's is the same kind
 
 
 class PreparedCollective:
@@ -25,9 +36,25 @@ class PreparedCollective:
                  groups: list[list[int]] | None = None):
         self.executor, self.sizes, self.algorithm = executor, sizes, algorithm
         self.seed, self.root = seed, root
-        rank = executor.transport.rank
+        transport = executor.transport
+        rank = transport.rank
         self.schedule = build_schedule(sizes.op, algorithm, sizes, root, groups)
-        self.plan = plan_rank(self.schedule, rank, slice_elems_for(slice_bytes, ITEMSIZE))
+        slice_elems = slice_elems_for(slice_bytes, ITEMSIZE)
+        channels = getattr(transport, "channels", 1)
+        if sizes.op in CHANNELLED and channels > 1 and sizes.total_elems >= channels:
+            self.lanes = []
+            for c, (start, end) in enumerate(chunk_bounds(sizes.total_elems, channels)):
+                part = build_schedule(sizes.op, algorithm, sizes.resized(end - start), root,
+                                      groups)
+                self.lanes.append((Executor(transport.channel(c)),
+                                   plan_rank(shifted(part, start, sizes.total_elems), rank,
+                                             slice_elems)))
+            self.pool = ThreadPoolExecutor(max_workers=channels,
+                                           thread_name_prefix=f"rank{rank}-channel")
+        else:
+            self.lanes = [(executor, plan_rank(self.schedule, rank, slice_elems))]
+            self.pool = None
+        self.plan = self.lanes[0][1]
         self.initial = initial_buffers(sizes, rank, seed, root)
         self.buffers = {k: v.copy() for k, v in self.initial.items()}
         self._expected: tuple[int, np.ndarray] | None = None
@@ -42,7 +69,27 @@ class PreparedCollective:
             np.copyto(self.buffers[k], v)
 
     def run(self) -> None:
-        self.executor.run(self.plan, self.buffers[WORK], self.buffers.get(INPUT))
+        work, input_buf = self.buffers[WORK], self.buffers.get(INPUT)
+        if self.pool is None:
+            self.executor.run(self.plan, work, input_buf)
+            return
+        futures = [self.pool.submit(executor.run, plan, work, input_buf)
+                   for executor, plan in self.lanes]
+        for future in futures:
+            future.result()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        """Stop the channels' own executors (the one given is the caller's)."""
+        if self.pool is not None:
+            for executor, _ in self.lanes:
+                executor.close()
+            self.pool.shutdown(wait=True)
 
     def wrong(self) -> int:
         """Elements of the result that differ from the expected values."""

@@ -153,6 +153,22 @@ def make_schedule(name: str, world: int, phases: list[Phase], work_elems, input_
                     _per_rank(input_elems, world))
 
 
+def shifted(schedule: Schedule, offset: int, work_elems: int) -> Schedule:
+    """The same schedule on elements [offset, offset + its size) of a ``work_elems`` buffer:
+    every work region moved by ``offset``. A channel of a collective that runs as several
+    independent pipelines (NCCL's channels) is the collective of one segment, shifted."""
+    def move(region: Region | None) -> Region | None:
+        if region is None or region.buffer != WORK:
+            return region
+        return Region(region.start + offset, region.end + offset, region.buffer)
+
+    steps = tuple(tuple(tuple(Op(op.kind, move(op.region), op.peer, op.combine, move(op.source))
+                              for op in ops) for ops in rank_steps)
+                  for rank_steps in schedule.steps)
+    return Schedule(schedule.name, schedule.world, steps, (work_elems,) * schedule.world,
+                    schedule.input_elems)
+
+
 def chunk_bounds(n_elems: int, parts: int) -> list[tuple[int, int]]:
     """[start, end) ranges of ``parts`` consecutive chunks; sizes differ by at most one, the
     larger first."""

@@ -130,22 +130,22 @@ def run_sweep(args, session: RankSession) -> dict:
             else:
                 algorithm = args.algo
                 predicted = predict_s(args.op, algorithm, world, sizes.size_bytes, link, **model_kwargs)
-            coll = PreparedCollective(executor, sizes, algorithm, args.seed, args.slice_bytes,
-                                      args.root, args.groups)
-            for _ in range(args.warmup_iters):
-                coll.run()
-            transport.barrier()
-            t0 = time.monotonic()
-            timed_start = t0 if timed_start is None else timed_start
-            for _ in range(args.iters):
-                coll.run()
-            elapsed_s = (time.monotonic() - t0) / max(args.iters, 1)
-            wrong = 0
-            if args.check:
-                coll.reset()
+            with PreparedCollective(executor, sizes, algorithm, args.seed, args.slice_bytes,
+                                    args.root, args.groups) as coll:
+                for _ in range(args.warmup_iters):
+                    coll.run()
                 transport.barrier()
-                coll.run()
-                wrong = coll.wrong()
+                t0 = time.monotonic()
+                timed_start = t0 if timed_start is None else timed_start
+                for _ in range(args.iters):
+                    coll.run()
+                elapsed_s = (time.monotonic() - t0) / max(args.iters, 1)
+                wrong = 0
+                if args.check:
+                    coll.reset()
+                    transport.barrier()
+                    coll.run()
+                    wrong = coll.wrong()
             mine.append({"size_bytes": sizes.size_bytes, "algorithm": algorithm,
                          "predicted_s": predicted, "time_s": elapsed_s, "wrong": wrong})
         timed_end = time.monotonic()

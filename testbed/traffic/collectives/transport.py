@@ -67,6 +67,13 @@ class Transport:
         if errors:
             raise errors[0]
 
+    def channel(self, index: int) -> Transport:
+        """A transport over channel ``index`` alone, for a pipeline of its own; a transport
+        with one channel is its own only channel."""
+        if index != 0:
+            raise ValueError(f"{type(self).__name__} has one channel")
+        return self
+
     def barrier(self) -> None:
         """A token goes twice around the ring rank -> rank+1: afterwards every rank has
         entered the barrier. Needs only the ring neighbours' connections."""
@@ -128,6 +135,11 @@ class SocketTransport(Transport):
         view = byte_view(buf)
         return [(socks[c], view[lo:hi])
                 for c, (lo, hi) in enumerate(split_message(len(view), self.channels, self.min_part_bytes))]
+
+    def channel(self, index: int) -> Transport:
+        if not 0 <= index < self.channels:
+            raise ValueError(f"rank {self.rank}: no channel {index} of {self.channels}")
+        return self if self.channels == 1 else ChannelView(self, index)
 
     def _check_peer(self, peer: int) -> None:
         if not 0 <= peer < self.world or peer == self.rank:
@@ -204,6 +216,28 @@ class SocketTransport(Transport):
             pass
         entry[1] = view
         return moved
+
+
+class ChannelView(SocketTransport):
+    """One channel of a SocketTransport: every message whole on that channel's connection,
+    so channels run as independent pipelines (as NCCL's channels do) instead of each message
+    being split over all of them."""
+
+    def __init__(self, base: SocketTransport, index: int):
+        super().__init__(base.rank, base.world, 1, base.io_timeout_s, base.min_part_bytes)
+        self.base, self.index = base, index
+
+    def _out(self, peer: int) -> list[socket.socket]:
+        return [self.base._out(peer)[self.index]]
+
+    def _in(self, peer: int) -> list[socket.socket]:
+        return [self.base._in(peer)[self.index]]
+
+    def _in_ready(self, peer: int) -> bool:
+        return self.base._in_ready(peer)
+
+    def barrier(self) -> None:
+        self.base.barrier()
 
 
 def configure_socket(sock: socket.socket, dscp: int | None) -> None:

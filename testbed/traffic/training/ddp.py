@@ -236,18 +236,22 @@ def body(argv) -> dict:
             colls = [PreparedCollective(executor, op_sizes(ALLREDUCE, n, world), args.algo,
                                         args.seed + b, args.slice_bytes, groups=args.groups)
                      for b, n in enumerate(message_bytes)]
-            timed_start = None
-            for step in range(args.warmup_steps + args.steps):
+            try:
+                timed_start = None
+                for step in range(args.warmup_steps + args.steps):
+                    for coll in colls:
+                        coll.reset()
+                    if step == args.warmup_steps:
+                        inner.barrier()
+                        timed_start = time.monotonic()
+                    result = run_step(colls, ready, forward_s, backward_s, args.compute, recorder, step)
+                    wrong += sum(coll.wrong() for coll in colls)
+                    if step >= args.warmup_steps:
+                        steps.append(result)
+                timed_end = time.monotonic()
+            finally:
                 for coll in colls:
-                    coll.reset()
-                if step == args.warmup_steps:
-                    inner.barrier()
-                    timed_start = time.monotonic()
-                result = run_step(colls, ready, forward_s, backward_s, args.compute, recorder, step)
-                wrong += sum(coll.wrong() for coll in colls)
-                if step >= args.warmup_steps:
-                    steps.append(result)
-            timed_end = time.monotonic()
+                    coll.close()
         tcp, everyone = session.finish({"step_s": [s["step_s"] for s in steps]})
     if args.trace_out:
         write_rank_events(args.trace_out.format(rank=args.rank), recorder)

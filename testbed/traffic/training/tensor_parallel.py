@@ -103,21 +103,25 @@ def body(argv) -> dict:
             colls = [PreparedCollective(executor, sizes, args.algo, args.seed + i, args.slice_bytes,
                                         groups=args.groups)
                      for i in range(len(plan))]
-            for step in range(args.warmup_steps + args.steps):
+            try:
+                for step in range(args.warmup_steps + args.steps):
+                    for coll in colls:
+                        coll.reset()
+                    transport.barrier()
+                    t0 = time.monotonic()
+                    comm_s = 0.0
+                    for entry, coll in zip(plan, colls):
+                        compute(half_forward_s if entry.phase == FORWARD else half_backward_s, args.compute)
+                        start = time.monotonic()
+                        coll.run()
+                        comm_s += time.monotonic() - start
+                    step_s = time.monotonic() - t0
+                    wrong += sum(coll.wrong() for coll in colls)
+                    if step >= args.warmup_steps:
+                        steps.append({"step_s": step_s, "comm_s": comm_s, "compute_s": step_s - comm_s})
+            finally:
                 for coll in colls:
-                    coll.reset()
-                transport.barrier()
-                t0 = time.monotonic()
-                comm_s = 0.0
-                for entry, coll in zip(plan, colls):
-                    compute(half_forward_s if entry.phase == FORWARD else half_backward_s, args.compute)
-                    start = time.monotonic()
-                    coll.run()
-                    comm_s += time.monotonic() - start
-                step_s = time.monotonic() - t0
-                wrong += sum(coll.wrong() for coll in colls)
-                if step >= args.warmup_steps:
-                    steps.append({"step_s": step_s, "comm_s": comm_s, "compute_s": step_s - comm_s})
+                    coll.close()
         tcp, everyone = session.finish({"step_s": [s["step_s"] for s in steps]})
     n = max(len(steps), 1)
     out = {"rank": args.rank, "world": world, "layers": args.layers, "activation_bytes": act_bytes,

@@ -1,5 +1,5 @@
-"""Incast on the wire, as ``scenarios/incast.yaml`` runs it but shortened: fan-in 7 only and 5
-recorded queries, each mode (drop-tail, ECN, PFC) on a k=4 fat-tree of its own at 10 Mbit/s
+"""Incast on the wire, as ``scenarios/incast.yaml`` runs it but shortened: fan-in 15 only and
+10 recorded queries of 16 KiB responses, each mode (drop-tail, ECN, PFC) on a k=4 fat-tree of its own at 10 Mbit/s
 with the default 62.5 KB buffer per port, all traffic in the lossless class.
 
 The run's own checks hold incast's expectations (testbed.experiments.incast.checks): drop-tail
@@ -15,12 +15,12 @@ from testbed.experiments.incast.experiment import summary_cell
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
 
-FANIN = 7
-ROUNDS = 5
+FANIN = 15
+ROUNDS = 10
 CHECKS_PER_RUN = 12  # 3 completions, 2 drop-tail, 2 ECN, 3 PFC, 2 tails
 
 
-def test_incast_at_fan_in_7_under_every_queue_mode(tmp_path):
+def test_incast_at_fan_in_15_under_every_queue_mode(tmp_path):
     resolved = load("incast", {"results_dir": str(tmp_path), "params.fanins": [FANIN],
                                "params.rounds": ROUNDS})
     outcome = run_scenario(resolved, log=print)

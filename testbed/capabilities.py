@@ -49,6 +49,10 @@ class Paths:
     rdma: str  # "rxe" or "userspace-roce"
     delay_loss: str  # "netem" or "none"
     pfc: str  # always "tbf-pause-agent": no kernel has PFC on veths, so it is emulated
+    # How packets cross the switches: "kernel" (the kernel datapath, offloads native),
+    # "userspace-tso" (the userspace datapath passing segmentation-offloaded packets) or
+    # "userspace" (one MTU-sized packet at a time, offloads off)
+    ovs_offload: str = "userspace"
 
 
 @dataclass(frozen=True)
@@ -220,12 +224,43 @@ def _probe_kernel_feature(
     return result(False, config_says)
 
 
+USERSPACE_TSO_SINCE = {"ovs": (2, 13), "kernel": (4, 19)}  # OVS's userspace TSO; AF_PACKET GSO fix
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """``3.1.0`` or ``6.18.44-fc-v782`` -> (3, 1, 0) / (6, 18, 44); None when unreadable."""
+    import re
+
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(x) for x in match.groups(default="0")) if match else None
+
+
+def userspace_tso_capability(ovs_version: str | None, kernel_release: str | None) -> Capability:
+    """Whether the userspace datapath can pass segmentation-offloaded packets: Open vSwitch
+    2.13 or later (userspace-tso-enable) on a kernel of 4.19 or later (AF_PACKET with
+    virtio-net headers)."""
+    ovs, kernel = version_tuple(ovs_version), version_tuple(kernel_release)
+    need_ovs, need_kernel = USERSPACE_TSO_SINCE["ovs"], USERSPACE_TSO_SINCE["kernel"]
+    if ovs is None:
+        return Capability("ovs_userspace_tso", False, "Open vSwitch's version is unknown")
+    if ovs[:2] < need_ovs:
+        return Capability("ovs_userspace_tso", False, f"Open vSwitch {ovs_version} is older "
+                          f"than {'.'.join(map(str, need_ovs))}")
+    if kernel is None or kernel[:2] < need_kernel:
+        return Capability("ovs_userspace_tso", False, f"kernel {kernel_release} is older than "
+                          f"{'.'.join(map(str, need_kernel))}")
+    return Capability("ovs_userspace_tso", True, f"Open vSwitch {ovs_version} on kernel "
+                      f"{kernel_release}: userspace-tso-enable")
+
+
 def probe_capabilities(
     kconfig: dict[str, str] | None,
     loaded_modules: set[str],
     module_files: set[str],
     congestion_available: set[str],
     tools: dict[str, bool],
+    ovs_version: str | None = None,
+    kernel_release: str | None = None,
 ) -> dict[str, Capability]:
     """Decide every capability from plain inputs; reads nothing.
 
@@ -247,6 +282,7 @@ def probe_capabilities(
     for name, command in TOOL_COMMANDS.items():
         found = tools.get(command, False)
         caps[name] = Capability(name, found, f"{command} {'on' if found else 'not on'} PATH")
+    caps["ovs_userspace_tso"] = userspace_tso_capability(ovs_version, kernel_release)
     return caps
 
 
@@ -263,13 +299,21 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
         tcp_congestion = "cubic+ecn"
     else:
         tcp_congestion = "reno+ecn"  # reno is always built in
+    kernel_datapath = has("ovs_kernel_module")
+    if kernel_datapath:
+        offload = "kernel"
+    elif has("ovs_userspace_tso") and os.environ.get("TESTBED_USERSPACE_TSO", "1") != "0":
+        offload = "userspace-tso"
+    else:
+        offload = "userspace"
     return Paths(
-        ovs_datapath="kernel" if has("ovs_kernel_module") else "userspace",
+        ovs_datapath="kernel" if kernel_datapath else "userspace",
         ecn_marking=ECN_PATH_RED if has("sch_red") else ECN_PATH_EBPF,
         tcp_congestion=tcp_congestion,
         rdma="rxe" if has("rdma_rxe") else "userspace-roce",
         delay_loss="netem" if has("sch_netem") else "none",
         pfc=PFC_PATH,
+        ovs_offload=offload,
     )
 
 
@@ -298,7 +342,7 @@ def ecn_marking_summary(platform: Platform) -> str:
 
 
 # Features whose code exists today; the others show the path they will take once built.
-IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ecn_marking", "tcp_congestion", "pfc",
+IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ovs_offload", "ecn_marking", "tcp_congestion", "pfc",
                                  "delay_loss"})
 
 
@@ -371,8 +415,23 @@ def detect() -> Platform:
             _read_text(TCP_CONGESTION_AVAILABLE) or ""
         ),
         tools={command: shutil.which(command) is not None for command in TOOL_COMMANDS.values()},
+        ovs_version=ovs_vswitchd_version(),
+        kernel_release=release,
     )
     return Platform(kernel_release=release, capabilities=caps, paths=choose_paths(caps))
+
+
+def ovs_vswitchd_version() -> str | None:
+    """``3.1.0`` from ``ovs-vswitchd --version``; None without Open vSwitch."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["ovs-vswitchd", "--version"], capture_output=True, text=True,
+                             timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = out.splitlines()[0] if out else ""
+    return first.rsplit(" ", 1)[-1] or None
 
 
 if __name__ == "__main__":

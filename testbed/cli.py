@@ -317,7 +317,8 @@ def cmd_down(args) -> int:
 def cmd_bench(args) -> int:
     from testbed.capacity.bench import run_bench
 
-    run_bench(args.output, tuple(args.k or (4, 8)), log=lambda m: print(f"[bench] {m}", flush=True))
+    run_bench(args.output, tuple(args.k or (4, 8)), log=lambda m: print(f"[bench] {m}", flush=True),
+              ceilings=not args.no_ceilings)
     return 0
 
 
@@ -496,7 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")
     bench.add_argument("--output", default="results/bench.json", help="JSON output path")
     bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],
-                       help="fat-tree sizes to bring up and down (default: 4 and 8)")
+                       help="fat-tree sizes to bring up, take down and find the ring's "
+                            "ceiling on (default: 4 and 8)")
+    bench.add_argument("--no-ceilings", action="store_true",
+                       help="skip the ring ceiling searches (the longest part)")
     bench.set_defaults(func=cmd_bench)
 
     cal = sub.add_parser("calibrate", help="find the highest link rate this machine emulates "

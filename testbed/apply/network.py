@@ -111,13 +111,15 @@ def socket_buffer_settings(nbytes: int) -> dict[str, str]:
 
 def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None,
                 queue: QueueConfig | None = None,
-                impairments: Mapping[str, Impairment] | None = None) -> str:
+                impairments: Mapping[str, Impairment] | None = None,
+                offloads_on: bool = False) -> str:
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
     so they go away with it. Its NIC's queue is the port plan of ``queue`` (class queues only
     when it has traffic classes, ``port_queue.host_queue``; no marking) with the link's
-    impairment from ``impairments`` (interface -> Impairment)."""
+    impairment from ``impairments`` (interface -> Impairment). Its offloads are turned off
+    unless ``offloads_on`` (the datapath passes offloaded packets)."""
     node = fabric.nodes[host]
     link, end = fabric.host_link(host)
     intf = link.intf(end)
@@ -140,7 +142,8 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
         *sysctl_lines(sysctls or {}),
         "ip -batch - <<'EOF'", *ip_batch, "EOF",
-        f"ethtool -K {intf} {' '.join(OFFLOADS_OFF)} >/dev/null 2>&1 || true",
+        *([] if offloads_on else
+          [f"ethtool -K {intf} {' '.join(OFFLOADS_OFF)} >/dev/null 2>&1 || true"]),
         *(["tc -batch - <<'EOF'", *tc_batch, "EOF"] if tc_batch else []),
     ]
     return "\n".join(lines) + "\n"
@@ -211,12 +214,15 @@ class FabricNetwork:
     def __init__(self, fabric: Fabric, workdir: Path, ledger: Ledger, datapath: str = "user",
                  routing: str = "ecmp", log=print, queue: QueueConfig | None = None,
                  ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None,
-                 impairments: Mapping[str, Impairment] | None = None):
+                 impairments: Mapping[str, Impairment] | None = None,
+                 userspace_tso: bool = False):
         """``queue``: the queue every shaped switch port gets (buffer or class queues, ECN
         marking) on ``ecn_path`` (as decided by the caller; None: this machine's choice,
         decided here once); ``host_sysctls``: set in every host; ``impairments``: interface
         -> Impairment (``testbed.plan.port_queue.link_impairments``), switch and host ends
-        alike."""
+        alike; ``userspace_tso``: the userspace datapath passes segmentation-offloaded packets
+        (testbed.apply.ovs.PrivateSwitchd), so every veth end keeps its checksum and
+        segmentation offloads instead of turning them off."""
         self.fabric = fabric
         self.workdir = workdir
         self.ledger = ledger
@@ -225,7 +231,9 @@ class FabricNetwork:
         self.log = log
         self.hosts: dict[str, object] = {}  # name -> mininet.node.Host
         self.controller: ControllerProcess | None = None
-        self.switchd: ovs.Switchd = (ovs.PrivateSwitchd(ledger, STATE_DIR / "ovs", log=log)
+        self.userspace_tso = userspace_tso and datapath == "user"
+        self.switchd: ovs.Switchd = (ovs.PrivateSwitchd(ledger, STATE_DIR / "ovs", log=log,
+                                                        userspace_tso=self.userspace_tso)
                                      if datapath == "user" else ovs.SystemSwitchd(ledger, log))
         self.timings = Timings()
         self.host_sysctls = dict(host_sysctls or {})
@@ -270,7 +278,8 @@ class FabricNetwork:
                     self.fabric, self.switchd.datapath_type, self.controller.port)], OVS_TIMEOUT_S)
                 self._configure_hosts()
                 self._register_host_interfaces()
-                self._disable_switch_offloads()
+                if not self.offloads_on:
+                    self._disable_switch_offloads()
                 self._queue_switch_ports()
                 if self.pfc is not None:
                     self.pfc.start({name: host.pid for name, host in self.hosts.items()})
@@ -283,6 +292,13 @@ class FabricNetwork:
         """One ping across the fabric, so the datapath opens its send socket now."""
         a, b = self.fabric.hosts[0], self.fabric.hosts[-1]
         self.hosts[a.name].cmd("ping", "-c1", "-W2", b.ip)
+
+    @property
+    def offloads_on(self) -> bool:
+        """Whether veth ends keep their offloads: only when the userspace datapath passes
+        offloaded packets; otherwise partial checksums would leave it unfinished and TCP
+        would stall."""
+        return self.userspace_tso
 
     @property
     def bridges(self) -> list[str]:
@@ -352,7 +368,7 @@ class FabricNetwork:
             for name, host in self.hosts.items():
                 path = scripts / f"{name}.sh"
                 path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
-                                            self.impairments))
+                                            self.impairments, self.offloads_on))
                 host.sendCmd(f"sh {path}; echo rc=$?")
             for name, host in self.hosts.items():
                 out = host.waitOutput()

@@ -1,18 +1,21 @@
-"""``testbed bench``: this machine's emulation capacity, measured beside a baseline in the
-same invocation, written as JSON.
+"""``testbed bench``: this machine's emulation capacity, measured beside baselines in the same
+invocation, written as JSON and printed as a table.
 
-1. Forwarding capacity: one TCP flow (iperf3, 5 s) across a line of 2 unshaped OVS switches,
-   at MTU 1500 and 9000; the baseline is the same flow over one veth pair with no switch.
-2. Fabric bring-up and tear-down of the k=4 and k=8 fat-trees: the testbed (OVS + controller
+1. Forwarding lines, one TCP flow (iperf3, 5 s) each, at MTU 1500 and 9000: 2 unshaped OVS
+   switches in a line (the run's own OVS, one MTU-sized packet at a time, and, where the
+   userspace datapath can, passing segmentation-offloaded packets), 2 namespace routers
+   forwarding in the kernel, and a direct veth pair.
+2. The fabric's ceiling: for the k=4 (and k=8) fat-tree, the highest link rate at which the
+   ring AllReduce is trusted and delivers 90% busbw (testbed.capacity.calibrate's search),
+   and the fabric's aggregate forwarded switch-hop throughput at that rate, beside the
+   kernel-forwarding line.
+3. Fabric bring-up and tear-down of the k=4 and k=8 fat-trees: the testbed (OVS + controller
    programmed + every host pair proven reachable) beside plain Mininet building and starting
-   the same topology (TCLink, OVS userspace datapath, no controller, no traffic), with the
-   ratio of the two.
-3. Failover: an edge uplink of the k=4 fat-tree cut under single-path routing, the time until
+   the same topology (TCLink, OVS userspace datapath, no controller, no traffic).
+4. Failover: an edge uplink of the k=4 fat-tree cut under single-path routing, the time until
    the controller rerouted (against the 1 s goal) and the probes lost (testbed.measure.failover).
-4. Anycast switch-over: on the k=4 fat-tree (ECMP, hosts at 6 Mbit/s) a client probing an
-   anycast service every 10 ms while its near replica's link is cut and restored; the time
-   until the far replica answered (against the same 1 s goal), the time until the near one
-   answered again, and the requests lost (testbed.experiments.anycast.failover).
+5. Anycast switch-over: on the k=4 fat-tree a client probing an anycast service every 10 ms
+   while its near replica's link is cut and restored (testbed.experiments.anycast.failover).
 """
 from __future__ import annotations
 
@@ -36,10 +39,11 @@ def iperf_mbit(client, server_ip: str) -> float:
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
-def forwarding_capacity(workdir: Path, ledger, mtu_bytes: int, switches: int, log) -> float:
+def forwarding_capacity(workdir: Path, ledger, mtu_bytes: int, switches: int, log,
+                        userspace_tso: bool = False) -> float:
     """TCP Mbit/s between the two hosts of a line of ``switches`` unshaped switches."""
     fabric = build("line", switches=switches, mtu_bytes=mtu_bytes)
-    with FabricNetwork(fabric, workdir, ledger, log=log) as net:
+    with FabricNetwork(fabric, workdir, ledger, log=log, userspace_tso=userspace_tso) as net:
         server = net.host("h1")
         server.cmd("iperf3", "-s", "-D", "-1")
         time.sleep(0.3)
@@ -66,10 +70,48 @@ def direct_capacity(ledger, mtu_bytes: int) -> float:
         net.stop()
 
 
-def testbed_fabric_times(workdir: Path, ledger, k: int, log) -> dict:
+def kernel_forwarding_capacity(ledger, mtu_bytes: int) -> float:
+    """Baseline: the same flow through two namespace routers forwarding in the kernel
+    (h0 - r0 - r1 - h1, one /24 per link, offloads as Linux sets them)."""
+    from mininet.net import Mininet
+
+    net = Mininet(controller=None, build=False)
+    h0, r0, r1, h1 = (net.addHost(n, ip=None) for n in ("h0", "r0", "r1", "h1"))
+    ledger.add_names(interfaces=["h0-eth0", "r0-eth0", "r0-eth1", "r1-eth0", "r1-eth1",
+                                 "h1-eth0"])
+    for a, b in ((h0, r0), (r0, r1), (r1, h1)):
+        net.addLink(a, b)
+    plan = {h0: [["addr", "add", "10.1.0.1/24", "dev", "h0-eth0"],
+                 ["route", "add", "default", "via", "10.1.0.2"]],
+            r0: [["addr", "add", "10.1.0.2/24", "dev", "r0-eth0"],
+                 ["addr", "add", "10.2.0.1/24", "dev", "r0-eth1"],
+                 ["route", "add", "10.3.0.0/24", "via", "10.2.0.2"]],
+            r1: [["addr", "add", "10.2.0.2/24", "dev", "r1-eth0"],
+                 ["addr", "add", "10.3.0.1/24", "dev", "r1-eth1"],
+                 ["route", "add", "10.1.0.0/24", "via", "10.2.0.1"]],
+            h1: [["addr", "add", "10.3.0.2/24", "dev", "h1-eth0"],
+                 ["route", "add", "default", "via", "10.3.0.1"]]}
+    try:
+        net.build()
+        for node, commands in plan.items():
+            ledger.add_process(node.pid)
+            for intf in node.intfNames():
+                node.cmd("ip", "link", "set", "dev", intf, "mtu", str(mtu_bytes), "up")
+            for argv in commands:
+                node.cmd("ip", *argv)
+        for router in (r0, r1):
+            router.cmd("sysctl", "-qw", "net.ipv4.ip_forward=1")
+        h1.cmd("iperf3", "-s", "-D", "-1")
+        time.sleep(0.3)
+        return iperf_mbit(h0, "10.3.0.2")
+    finally:
+        net.stop()
+
+
+def testbed_fabric_times(workdir: Path, ledger, k: int, log, userspace_tso: bool = False) -> dict:
     fabric = build("fattree", k=k, host_rate_mbit=100)
     t0 = time.monotonic()
-    net = FabricNetwork(fabric, workdir, ledger, log=log)
+    net = FabricNetwork(fabric, workdir, ledger, log=log, userspace_tso=userspace_tso)
     with net:
         sent, received = net.ping_all()
         up_s = time.monotonic() - t0
@@ -167,54 +209,131 @@ def anycast_times(workdir: Path, ledger, log) -> dict:
         return cut_and_repair(net, FAT_TREE_K4).to_dict()
 
 
-def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print) -> dict:
+def forwarding_lines(workdir: Path, ledger, log, tso_path: bool) -> dict:
+    """One TCP flow through each line, at MTU 1500 and 9000."""
+    lines = {}
+    for mtu in (1500, 9000):
+        row = {"direct_veth": direct_capacity(ledger, mtu),
+               "kernel_forwarding_2_routers": kernel_forwarding_capacity(ledger, mtu),
+               "ovs_2_switches": forwarding_capacity(workdir, ledger, mtu, 2, log)}
+        if tso_path:
+            row["ovs_2_switches_offloaded"] = forwarding_capacity(workdir, ledger, mtu, 2, log,
+                                                                  userspace_tso=True)
+        lines[f"mtu{mtu}"] = row
+        log(f"lines, MTU {mtu}: " + ", ".join(f"{k} {v:.0f} Mbit/s" for k, v in row.items()))
+    return lines
+
+
+def ceiling(k: int, log, results_dir: str, kernel_line_mbit: float) -> dict:
+    """The k-ary fat-tree ring's ceiling on this machine and what the fabric forwards there."""
+    from dataclasses import asdict
+
+    from testbed.capacity.calibrate import result_of, search
+
+    trials = search(k, log, start_mbit=25.0 if k == 4 else 5.0, results_dir=results_dir)
+    best = result_of(trials)
+    at_best = next((t for t in trials if t.rate_mbit == best), None)
+    forwarded = at_best.forwarded_mbit if at_best else None
+    return {"ceiling_mbit": best, "forwarded_switch_hops_mbit": forwarded,
+            "forwarded_vs_kernel_line": (forwarded / kernel_line_mbit
+                                         if forwarded and kernel_line_mbit else None),
+            "trials": [asdict(t) for t in trials]}
+
+
+def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
+              ceilings: bool = True) -> dict:
     from mininet.log import setLogLevel
 
+    from testbed.capabilities import detect
+    from testbed.capacity.calibrate import machine_description
+
     setLogLevel("critical")
+    platform = detect()
+    tso_path = platform.paths.ovs_offload == "userspace-tso"
     run_id = new_run_id("bench")
     workdir = Path(output).parent / run_id
     workdir.mkdir(parents=True, exist_ok=True)
-    result: dict = {"run_id": run_id, "forwarding_mbit": {}}
+    result: dict = {"run_id": run_id, "machine": machine_description(platform),
+                    "paths": vars(platform.paths)}
     with machine(run_id, log) as ledger:
-        for mtu in (1500, 9000):
-            direct = direct_capacity(ledger, mtu)
-            via_ovs = forwarding_capacity(workdir, ledger, mtu, 2, log)
-            result["forwarding_mbit"][f"mtu{mtu}"] = {
-                "two_ovs_switches": via_ovs, "direct_veth_baseline": direct,
-                "ratio_vs_baseline": via_ovs / direct}
-            log(f"forwarding, MTU {mtu}: {via_ovs:.0f} Mbit/s through 2 OVS switches vs "
-                f"{direct:.0f} Mbit/s direct veth = {via_ovs / direct:.3f}x")
+        result["lines_mbit"] = forwarding_lines(workdir, ledger, log, tso_path)
         for k in ks:
             log(f"k={k} fat-tree: plain Mininet, then the testbed")
             plain = plain_mininet_times(ledger, k)
-            ours = testbed_fabric_times(workdir, ledger, k, log)
+            ours = testbed_fabric_times(workdir, ledger, k, log, tso_path)
             result[f"fabric_k{k}"] = {"testbed": ours, "plain_mininet": plain,
                                       "up_ratio_vs_plain": ours["up_s"] / plain["up_s"],
                                       "down_ratio_vs_plain": ours["down_s"] / plain["down_s"]}
             log(f"k={k} fat-tree up: testbed {ours['up_s']:.1f} s (programmed, "
                 f"{ours['probes_answered']}/{ours['probes']} probes answered, covering all "
                 f"{ours['ordered_pairs_covered']} ordered host pairs) vs plain Mininet "
-                f"{plain['up_s']:.1f} s (no controller) = {ours['up_s'] / plain['up_s']:.2f}x")
-            log(f"k={k} fat-tree down: testbed {ours['down_s']:.1f} s vs plain Mininet "
-                f"{plain['down_s']:.1f} s = {ours['down_s'] / plain['down_s']:.2f}x")
+                f"{plain['up_s']:.1f} s (no controller); down {ours['down_s']:.1f} s vs "
+                f"{plain['down_s']:.1f} s")
         failover = failover_times(workdir, ledger, log)
         result["failover_k4_single_path"] = {**failover, "goal_s": FAILOVER_GOAL_S,
                                              "applied_vs_goal": failover["down_applied_s"]
                                              / FAILOVER_GOAL_S}
-        log(f"failover, k=4 edge uplink cut: noticed after {failover['down_detected_s'] * 1000:.0f}"
-            f" ms, rerouted after {failover['down_applied_s'] * 1000:.0f} ms = "
-            f"{failover['down_applied_s'] / FAILOVER_GOAL_S:.2f}x the {FAILOVER_GOAL_S:g} s goal; "
-            f"{failover['probes_lost']} probes lost ({failover['outage_s'] * 1000:.0f} ms); "
-            f"repair applied after {failover['up_applied_s'] * 1000:.0f} ms")
+        log(f"failover, k=4 edge uplink cut: rerouted after "
+            f"{failover['down_applied_s'] * 1000:.0f} ms; {failover['probes_lost']} probes lost")
         anycast = anycast_times(workdir, ledger, log)
         result["anycast_k4"] = {**anycast, "goal_s": FAILOVER_GOAL_S,
                                 "to_far_vs_goal": anycast["to_far_s"] / FAILOVER_GOAL_S}
-        log(f"anycast, k=4 near replica's link {anycast['interface']} cut: {anycast['client']} "
-            f"served by {anycast['far']} after {anycast['to_far_s'] * 1000:.0f} ms = "
-            f"{anycast['to_far_s'] / FAILOVER_GOAL_S:.2f}x the {FAILOVER_GOAL_S:g} s goal; "
-            f"{anycast['requests_lost']} requests lost ({anycast['outage_s'] * 1000:.0f} ms); "
-            f"back on {anycast['near']} {anycast['back_to_near_s'] * 1000:.0f} ms after the "
-            f"repair")
+        log(f"anycast, k=4: served by the far replica after {anycast['to_far_s'] * 1000:.0f} "
+            f"ms, back {anycast['back_to_near_s'] * 1000:.0f} ms after the repair")
+    if ceilings:  # runs of their own: each takes the machine's lock
+        kernel_line = result["lines_mbit"]["mtu9000"]["kernel_forwarding_2_routers"]
+        for k in ks:
+            result[f"ceiling_k{k}"] = ceiling(k, log, str(workdir / f"ceiling-k{k}"),
+                                              kernel_line)
     Path(output).write_text(json.dumps(result, indent=1))
+    print_bench(result)
     log(f"wrote {output}")
     return result
+
+
+def bench_rows(result: dict) -> list[list[str]]:
+    """The bench as a table: measure, testbed, baseline, ratio."""
+    rows = [["measure", "testbed", "baseline", "ratio"]]
+    for mtu, line in result.get("lines_mbit", {}).items():
+        kernel = line["kernel_forwarding_2_routers"]
+        rows.append([f"TCP through 2 OVS switches, {mtu}", f"{line['ovs_2_switches']:.0f} Mbit/s",
+                     f"{kernel:.0f} Mbit/s kernel-forwarding line",
+                     f"{line['ovs_2_switches'] / kernel:.3f}"])
+        if "ovs_2_switches_offloaded" in line:
+            off = line["ovs_2_switches_offloaded"]
+            rows.append([f"  ... passing offloaded packets, {mtu}", f"{off:.0f} Mbit/s",
+                         f"{kernel:.0f} Mbit/s kernel-forwarding line", f"{off / kernel:.3f}"])
+        rows.append([f"direct veth pair, {mtu}", "", f"{line['direct_veth']:.0f} Mbit/s", ""])
+    for key in sorted(k for k in result if k.startswith("ceiling_k")):
+        c, k = result[key], key.removeprefix("ceiling_k")
+        rows.append([f"k={k} ring trusted at >= 90% busbw", f"{c['ceiling_mbit']} Mbit/s", "",
+                     ""])
+        if c.get("forwarded_switch_hops_mbit"):
+            rows.append([f"k={k} switch-hop throughput at the ceiling",
+                         f"{c['forwarded_switch_hops_mbit']:.0f} Mbit/s",
+                         "kernel-forwarding line, MTU 9000",
+                         f"{c['forwarded_vs_kernel_line']:.3f}"])
+    for key in sorted(k for k in result if k.startswith("fabric_k")):
+        f, k = result[key], key.removeprefix("fabric_k")
+        rows.append([f"k={k} fat-tree up", f"{f['testbed']['up_s']:.1f} s",
+                     f"{f['plain_mininet']['up_s']:.1f} s plain Mininet",
+                     f"{f['up_ratio_vs_plain']:.2f}"])
+        rows.append([f"k={k} fat-tree down", f"{f['testbed']['down_s']:.1f} s",
+                     f"{f['plain_mininet']['down_s']:.1f} s plain Mininet",
+                     f"{f['down_ratio_vs_plain']:.2f}"])
+    if "failover_k4_single_path" in result:
+        f = result["failover_k4_single_path"]
+        rows.append(["failover: rerouted after an uplink cut",
+                     f"{f['down_applied_s'] * 1000:.0f} ms", f"{f['goal_s']:g} s goal",
+                     f"{f['applied_vs_goal']:.2f}"])
+    if "anycast_k4" in result:
+        a = result["anycast_k4"]
+        rows.append(["anycast: served by the far replica", f"{a['to_far_s'] * 1000:.0f} ms",
+                     f"{a['goal_s']:g} s goal", f"{a['to_far_vs_goal']:.2f}"])
+    return rows
+
+
+def print_bench(result: dict) -> None:
+    from testbed.harness.console import print_rows
+
+    print_rows(bench_rows(result), title=f"testbed bench {result['run_id']}")

@@ -61,6 +61,8 @@ class Trial:
     busbw_fraction: float | None
     trusted: bool
     reasons: list[str] = field(default_factory=list)
+    forwarded_mbit: float | None = None  # every switch port's sending rate, summed
+    run_dir: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -154,6 +156,54 @@ def save_calibration(calibration: Calibration, path: Path | None = None) -> Path
     return path
 
 
+def forwarded_mbit(result: dict, fabric) -> float:
+    """The fabric's aggregate forwarded switch-hop throughput over a run's measured window:
+    what every switch port sent, summed (each hop a packet crosses counts once)."""
+    switches = {s.name for s in fabric.switches}
+    rates = {f"{l.a}->{l.b}": l.rate_mbit for l in fabric.links}
+    rates.update({f"{l.b}->{l.a}": l.rate_mbit for l in fabric.links})
+    return sum(util * rates[label] for label, util in result["link_utilisation"].items()
+               if label.split("->")[0] in switches and rates.get(label))
+
+
+def trial(rate_mbit: float, k: int, results_dir: str, log=print) -> Trial:
+    """One run of the k-ary fat-tree's ring at ``rate_mbit``, judged."""
+    from testbed.errors import TestbedError
+    from testbed.harness.run import run_scenario
+    from testbed.harness.scenario import load
+    from testbed.model.topology.base import Fabric
+
+    resolved = load("fattree-allreduce", {
+        "link_rate_mbit": rate_mbit, "params.size_bytes": trial_size_bytes(rate_mbit, k**3 // 4),
+        "params.warmup": 1, "params.iters": 2, "results_dir": results_dir,
+        "topology": {"name": "fattree", "k": k}, "name": f"ceiling-k{k}-{rate_mbit:g}"})
+    try:
+        outcome = run_scenario(resolved, log=lambda m: None)
+    except TestbedError as exc:
+        return Trial(rate_mbit, None, False, [str(exc)])
+    result = outcome.summary["results"]["fabric"]
+    fabric = Fabric.load_json(Path(result["dir"]) / "fabric.json")
+    return Trial(rate_mbit, result["busbw_fraction_of_link"], outcome.verdict.emulator_trusted,
+                 outcome.verdict.reasons, round(forwarded_mbit(result, fabric), 1),
+                 str(outcome.workdir))
+
+
+def search(k: int = 4, log=print, start_mbit: float = START_MBIT, max_mbit: float = MAX_MBIT,
+           results_dir: str = "results") -> list[Trial]:
+    """The trials of the search for the k-ary fat-tree ring's ceiling on this machine."""
+    trials: list[Trial] = []
+    while (rate := next_rate(trials, start_mbit, max_mbit)) is not None:
+        log(f"k={k} trial {len(trials) + 1}: {rate:g} Mbit/s, "
+            f"{trial_size_bytes(rate, k**3 // 4) / 2**20:.1f} MiB AllReduce")
+        t = trial(rate, k, results_dir, log)
+        trials.append(t)
+        busbw = "-" if t.busbw_fraction is None else f"{t.busbw_fraction:.3f}"
+        log(f"  busbw {busbw} of the link, "
+            f"{'trusted' if t.trusted else 'NOT trusted: ' + '; '.join(t.reasons)}: "
+            f"{'pass' if t.passed else 'fail'}")
+    return trials
+
+
 def calibrate(log=print, start_mbit: float = START_MBIT, max_mbit: float = MAX_MBIT,
               results_dir: str = "results", path: Path | None = None) -> Calibration:
     """Run the search on this machine (root) and store the result."""
@@ -161,34 +211,13 @@ def calibrate(log=print, start_mbit: float = START_MBIT, max_mbit: float = MAX_M
 
     from testbed.capabilities import detect
     from testbed.errors import TestbedError
-    from testbed.harness.run import run_scenario
-    from testbed.harness.scenario import load
 
-    platform = detect()
-    trials: list[Trial] = []
-    while (rate := next_rate(trials, start_mbit, max_mbit)) is not None:
-        size = trial_size_bytes(rate)
-        log(f"trial {len(trials) + 1}: {rate:g} Mbit/s, {size / 2**20:.1f} MiB AllReduce")
-        resolved = load("fattree-allreduce", {
-            "link_rate_mbit": rate, "params.size_bytes": size, "params.warmup": 1,
-            "params.iters": 2, "results_dir": results_dir, "name": f"calibrate-{rate:g}"})
-        try:
-            outcome = run_scenario(resolved, log=lambda m: None)
-        except TestbedError as exc:
-            trials.append(Trial(rate, None, False, [str(exc)]))
-        else:
-            result = outcome.summary["results"]["fabric"]
-            trials.append(Trial(rate, result["busbw_fraction_of_link"],
-                                outcome.verdict.emulator_trusted, outcome.verdict.reasons))
-        t = trials[-1]
-        log(f"  busbw {t.busbw_fraction if t.busbw_fraction is None else round(t.busbw_fraction, 3)}"
-            f" of the link, {'trusted' if t.trusted else 'NOT trusted: ' + '; '.join(t.reasons)}"
-            f": {'pass' if t.passed else 'fail'}")
+    trials = search(4, log, start_mbit, max_mbit, results_dir)
     best = result_of(trials)
     if best is None:
         raise TestbedError(f"no rate passed (the lowest tried: {min(t.rate_mbit for t in trials):g}"
                            " Mbit/s); see the trials' run folders")
-    calibration = Calibration(best, MARGIN, machine_description(platform),
+    calibration = Calibration(best, MARGIN, machine_description(detect()),
                               [asdict(t) for t in trials],
                               datetime.datetime.now().isoformat(timespec="seconds"))
     where = save_calibration(calibration, path)

@@ -97,12 +97,13 @@ class SetupRun:
     progress: Progress
     ecn: EcnSettings | None = None
 
-    def watch(self, interval_s: float = 0.25):
+    def watch(self, interval_s: float = 0.25, probe: tuple[str, str] | None = None):
         """Sample what the fidelity verdict needs around a measurement
-        (testbed.measure.fidelity.Watch)."""
+        (testbed.measure.fidelity.Watch); ``probe``: two hosts to measure RTT under load
+        between (testbed.measure.rtt)."""
         from testbed.measure.fidelity import Watch
 
-        return Watch(self.net, interval_s)
+        return Watch(self.net, interval_s, probe)
 
     def queues(self, report: dict):
         """Count marks and drops at every port, and sample queue depths, while the block runs;

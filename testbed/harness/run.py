@@ -225,7 +225,9 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
     fabric = setup.fabric
     log(f"{setup.name}: {fabric.label()}, {len(fabric.hosts)} hosts, "
         f"{len(fabric.switches)} switches, {len(fabric.links)} links, MTU "
-        f"{fabric.mtu_bytes}, {setup.routing} routing, OVS {datapath} datapath")
+        f"{fabric.mtu_bytes}, {setup.routing} routing, OVS {datapath} datapath"
+        + (" passing offloaded packets" if resolved.platform.paths.ovs_offload ==
+           "userspace-tso" else ""))
     ecn = None
     if setup.queue is not None:
         sample_ms = scenario.queue.sample_ms if scenario.queue is not None else 0.0
@@ -234,9 +236,11 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
     impairments = link_impairments(fabric, [
         (spec.link, Impairment(spec.delay_ms, spec.jitter_ms, spec.loss_percent))
         for spec in scenario.impairments])
+    tso = resolved.platform.paths.ovs_offload == "userspace-tso"
     with FabricNetwork(fabric, folder, ledger, datapath=datapath, routing=setup.routing,
                        log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
-                       host_sysctls=setup.host_sysctls(), impairments=impairments) as net:
+                       host_sysctls=setup.host_sysctls(), impairments=impairments,
+                       userspace_tso=tso) as net:
         t = net.timings
         log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
             f"{len(fabric.switches)} switches programmed by the controller "

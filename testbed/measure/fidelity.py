@@ -53,6 +53,7 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     threads: dict = field(default_factory=dict)  # process -> {"thread", "cores"}
+    rtt: dict | None = None  # testbed.measure.rtt.RttResult, when a probe ran
 
     def to_dict(self) -> dict:
         return {**asdict(self), "checks": [c.to_dict() for c in self.checks]}
@@ -65,8 +66,8 @@ def emulator_losses(rx_packets: int, tx_packets: int, queue_drops: int) -> int:
 
 def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fraction: float,
           emulator_loss_fraction: float, bandwidth_bound: bool = True,
-          setup: str | None = None, threads: dict[str, tuple[str, float]] | None = None
-          ) -> Verdict:
+          setup: str | None = None, threads: dict[str, tuple[str, float]] | None = None,
+          rtt: dict | None = None) -> Verdict:
     """Trustworthy when the CPU had headroom, the switches lost (almost) nothing and, for a
     bandwidth-bound workload, the bottleneck link carried close to its rate."""
     problems = []
@@ -91,6 +92,11 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
         if cores > MAX_THREAD_CORES:
             problems.append(f"{process}'s thread {thread} used {cores:.2f} of a core (limit "
                             f"{MAX_THREAD_CORES:g}): a saturated thread cannot keep time")
+    excess = rtt.get("p50_excess_ms") if rtt else None
+    if excess is not None and excess > rtt["limit_ms"]:
+        problems.append(f"the probe's RTT under load exceeded its idle RTT plus every emulated "
+                        f"queue on its path by {excess:.1f} ms at the median (limit "
+                        f"{rtt['limit_ms']:.1f} ms): the emulator added delay")
     reasons = problems or [f"CPU {cpu_busy_fraction:.0%} busy, switches lost "
                            f"{emulator_loss_fraction:.3%} of packets outside emulated queues, "
                            f"busiest link at {link_delivery_fraction:.0%} of its rate "
@@ -111,9 +117,14 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
     for process, (thread, cores) in threads.items():
         checks.append(at_most(f"{process} busiest thread", cores, MAX_THREAD_CORES,
                               "cores", f"its thread {thread} had idle time left", setup))
+    if rtt and rtt.get("limit_ms") is not None:
+        checks.append(at_most("probe RTT beyond idle and the emulated queues",
+                              None if excess is None else round(excess, 2), rtt["limit_ms"],
+                              "ms", "a probe across the fabric waited no longer than the queues "
+                              "the emulator models explain", setup))
     return Verdict(not problems, reasons, cpu_busy_fraction, vswitchd_cores,
                    link_delivery_fraction, emulator_loss_fraction, notes, checks,
-                   {p: {"thread": th, "cores": c} for p, (th, c) in threads.items()})
+                   {p: {"thread": th, "cores": c} for p, (th, c) in threads.items()}, rtt)
 
 
 class Watch:
@@ -122,8 +133,15 @@ class Watch:
     ovs-vswitchd's CPU (testbed.measure.telemetry.Sampler), and the switches' packet
     counters before and after. ``verdict`` judges a window of it."""
 
-    def __init__(self, net, interval_s: float = 0.25):
+    def __init__(self, net, interval_s: float = 0.25, probe: tuple[str, str] | None = None):
+        """``probe``: (source, destination) hosts to measure RTT under load between
+        (testbed.measure.rtt), or None."""
         self.net = net
+        self.probe = None
+        if probe is not None:
+            from testbed.measure.rtt import RttProbe
+
+            self.probe = RttProbe(net, *probe)
         threads = {"ovs-vswitchd": list(net.switchd.pids)}
         pfc = getattr(net, "pfc", None)
         if pfc is not None and pfc.proc is not None:
@@ -136,6 +154,9 @@ class Watch:
         self.t_start = self.t_end = 0.0
 
     def __enter__(self) -> Watch:
+        if self.probe is not None:
+            self.probe.idle()
+            self.probe.__enter__()
         self.before = self.net.switch_counters()
         self.sampler.__enter__()
         self.t_start = time.monotonic()
@@ -144,6 +165,8 @@ class Watch:
     def __exit__(self, *exc) -> None:
         self.t_end = time.monotonic()
         self.sampler.__exit__(*exc)
+        if self.probe is not None:
+            self.probe.__exit__(*exc)
         after = self.net.switch_counters()
         self.switches = {k: v - self.before[k] for k, v in after.items()}
 
@@ -179,10 +202,14 @@ class Watch:
         util = self.utilisation(window)
         delivery = util.get(bottleneck, 0.0) if bottleneck else max(util.values(), default=0.0)
         received = max(self.switches.get("rx_packets", 0), 1)
+        rtt = None
+        if self.probe is not None:
+            t0 = self.sampler._t0
+            rtt = self.probe.result((t0 + window[0], t0 + window[1])).to_dict()
         return judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
                      window_mean(self.series.vswitchd_cores, self.series, *window),
                      delivery, self.emulator_lost() / received, bandwidth_bound, setup,
-                     self.busiest_threads(window))
+                     self.busiest_threads(window), rtt)
 
     def busiest_threads(self, window_s: tuple[float, float]) -> dict[str, tuple[str, float]]:
         """Per watched process, the thread busiest in most intervals of the window and the

@@ -28,7 +28,7 @@ ALL_CAPABILITY_NAMES = [
     "ovs_kernel_module", "sch_red", "sch_netem", "sch_htb", "sch_tbf", "cls_bpf", "act_mirred",
     "bpf_jit", "tcp_dctcp", "tcp_cubic", "rdma_rxe", "ip_route_multipath",
     "ovs_vswitchd", "mininet", "iperf3", "tcpdump", "tshark", "clang", "ethtool", "tc",
-    "bpftool",
+    "bpftool", "ovs_userspace_tso",
 ]
 
 ALL_TOOLS = {command: True for command in TOOL_COMMANDS.values()}
@@ -84,6 +84,8 @@ def dev_vm_caps() -> dict[str, Capability]:
         module_files=set(),
         congestion_available={"reno", "bbr", "cubic"},
         tools=ALL_TOOLS,
+        ovs_version="3.1.0",
+        kernel_release="6.18.44-fc-v782",
     )
 
 
@@ -182,6 +184,7 @@ def test_dev_vm_profile_paths():
         rdma="userspace-roce",
         delay_loss="none",
         pfc="tbf-pause-agent",
+        ovs_offload="userspace-tso",
     )
 
 
@@ -204,6 +207,7 @@ def test_ubuntu_profile_paths():
         rdma="rxe",
         delay_loss="netem",
         pfc="tbf-pause-agent",
+        ovs_offload="kernel",
     )
 
 
@@ -286,7 +290,7 @@ def test_format_report_aligns_columns():
     assert len(cap_lines) == len(ALL_CAPABILITY_NAMES)
     # the yes/no column and the detail column start at the same offset on every line
     # (the longest name, ip_route_multipath, sets the first column's width)
-    name_width = len("ip_route_multipath")
+    name_width = len("ovs_userspace_tso") + 1
     rows = [re.match(r"^(\S+) +(yes|no) +(.*)$", line) for line in cap_lines]
     assert {row.start(2) for row in rows} == {name_width + 2}
     assert {row.start(3) for row in rows} == {name_width + 2 + len("avail  ")}
@@ -307,7 +311,7 @@ def test_report_rows_say_what_is_built():
         ("ovs_datapath", "userspace"), ("ecn_marking", "ebpf"),
         ("tcp_congestion", "cubic+ecn"),
         ("rdma", "userspace-roce  (chosen path; feature not built yet)"),
-        ("delay_loss", "none"), ("pfc", "tbf-pause-agent")]
+        ("delay_loss", "none"), ("pfc", "tbf-pause-agent"), ("ovs_offload", "userspace-tso")]
 
 
 def test_detect_smoke_on_this_machine():
@@ -319,3 +323,33 @@ def test_detect_smoke_on_this_machine():
     report = format_report(platform)
     for name in ALL_CAPABILITY_NAMES:
         assert name in report
+
+
+# --- the userspace datapath's offloads ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ovs", "kernel", "available", "words"), [
+    ("3.1.0", "6.18.44-fc-v782", True, "userspace-tso-enable"),
+    ("2.13.0", "4.19.0", True, "Open vSwitch 2.13.0"),
+    ("2.12.9", "6.1.0", False, "older than 2.13"),
+    ("3.1.0", "4.18.20", False, "kernel 4.18.20 is older than 4.19"),
+    (None, "6.1.0", False, "version is unknown"),
+])
+def test_userspace_tso_needs_ovs_2_13_and_kernel_4_19(ovs, kernel, available, words):
+    from testbed.capabilities import userspace_tso_capability
+
+    cap = userspace_tso_capability(ovs, kernel)
+    assert cap.name == "ovs_userspace_tso" and cap.available is available
+    assert words in cap.detail
+
+
+def test_the_offload_path_follows_the_datapath_and_the_capability(monkeypatch):
+    from testbed.capabilities import Capability
+
+    tso = {"ovs_userspace_tso": Capability("ovs_userspace_tso", True, "")}
+    kernel = {"ovs_kernel_module": Capability("ovs_kernel_module", True, "")}
+    assert choose_paths(tso).ovs_offload == "userspace-tso"
+    assert choose_paths({**tso, **kernel}).ovs_offload == "kernel"
+    assert choose_paths({}).ovs_offload == "userspace"
+    monkeypatch.setenv("TESTBED_USERSPACE_TSO", "0")  # to measure the path without it
+    assert choose_paths(tso).ovs_offload == "userspace"

@@ -69,7 +69,7 @@ def test_verdict_serialises_every_input():
     d = judge(**GOOD).to_dict()
     assert set(d) == {"trustworthy", "reasons", "cpu_busy_fraction", "vswitchd_cores",
                       "link_delivery_fraction", "emulator_loss_fraction", "notes", "checks",
-                      "threads"}
+                      "threads", "rtt"}
     assert [c["name"] for c in d["checks"]] == ["machine CPU busy",
                                                "packets lost inside the switches",
                                                "busiest link delivery"]

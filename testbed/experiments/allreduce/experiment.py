@@ -79,7 +79,8 @@ class AllReduce(Experiment):
                 f"{p.channels} channels, {p.warmup} warm-up + {p.iters} timed iterations")
         drops_before = run.net.queue_drops()
         queues: dict = {}
-        with run.watch() as watch, run.queues(queues):
+        probe = (hosts[0].name, hosts[-1].name)  # the farthest pair of the fabric's order
+        with run.watch(probe=probe) as watch, run.queues(queues):
             procs = []
             for rank, host in enumerate(hosts):
                 argv = [sys.executable, "-m", "testbed.traffic.collectives.allreduce",

@@ -1,0 +1,27 @@
+"""The bench's table, from a result shaped like testbed.capacity.bench.run_bench's."""
+from __future__ import annotations
+
+from testbed.capacity.bench import bench_rows
+
+
+def test_bench_rows_put_each_measure_beside_its_baseline():
+    result = {
+        "run_id": "b1",
+        "lines_mbit": {"mtu9000": {"direct_veth": 19000.0, "kernel_forwarding_2_routers": 14000.0,
+                                   "ovs_2_switches": 1400.0, "ovs_2_switches_offloaded": 7000.0}},
+        "ceiling_k4": {"ceiling_mbit": 150.0, "forwarded_switch_hops_mbit": 7000.0,
+                       "forwarded_vs_kernel_line": 0.5, "trials": []},
+        "fabric_k4": {"testbed": {"up_s": 1.0, "down_s": 0.1}, "plain_mininet": {"up_s": 4.0,
+                                                                                 "down_s": 2.5},
+                      "up_ratio_vs_plain": 0.25, "down_ratio_vs_plain": 0.04},
+    }
+    rows = bench_rows(result)
+    assert rows[0] == ["measure", "testbed", "baseline", "ratio"]
+    assert ["TCP through 2 OVS switches, mtu9000", "1400 Mbit/s",
+            "14000 Mbit/s kernel-forwarding line", "0.100"] in rows
+    assert ["  ... passing offloaded packets, mtu9000", "7000 Mbit/s",
+            "14000 Mbit/s kernel-forwarding line", "0.500"] in rows
+    assert ["k=4 ring trusted at >= 90% busbw", "150.0 Mbit/s", "", ""] in rows
+    assert ["k=4 switch-hop throughput at the ceiling", "7000 Mbit/s",
+            "kernel-forwarding line, MTU 9000", "0.500"] in rows
+    assert ["k=4 fat-tree up", "1.0 s", "4.0 s plain Mininet", "0.25"] in rows

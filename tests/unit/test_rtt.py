@@ -1,0 +1,66 @@
+"""RTT under load against the queueing the emulated queues explain: the probe path's hops,
+ping's output, and the excess by hand."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.measure.fidelity import judge
+from testbed.measure.rtt import (
+    IDLE_SHARE,
+    MIN_EXCESS_MS,
+    Hop,
+    excess_summary,
+    explained_ms,
+    parse_ping,
+    path_hops,
+)
+from testbed.model.topology import build
+
+
+def test_the_probe_path_has_every_ecmp_candidate_port_per_hop():
+    f = build("fattree", k=4, host_rate_mbit=6)
+    hops = path_hops(f, "p0e0h0", "p3e1h1")
+    # edge -> 2 aggregations, aggregation -> 2 cores each, core -> the far pod's aggregation,
+    # aggregation -> the far edge, edge -> the host: 5 switch hops
+    assert len(hops) == 5
+    assert hops[0] == Hop(("p0e0-eth3", "p0e0-eth4"), 6)
+    assert len(hops[1].ports) == 4 and all(p.startswith(("p0a0", "p0a1")) for p in hops[1].ports)
+    assert len(hops[2].ports) == 4 and all(p.startswith("c") for p in hops[2].ports)
+    assert hops[-1] == Hop(("p3e1-eth2",), 6)
+    assert [len(h.ports) for h in path_hops(f, "p0e0h0", "p0e0h1")] == [1]  # same edge
+
+
+def test_ping_output_with_timestamps():
+    text = """PING 10.3.1.3 (10.3.1.3) 56(84) bytes of data.
+[1764622000.123456] 64 bytes from 10.3.1.3: icmp_seq=1 ttl=64 time=1.23 ms
+[1764622000.173456] 64 bytes from 10.3.1.3: icmp_seq=2 ttl=64 time=45.6 ms
+[1764622000.223456] no answer yet for icmp_seq=3
+"""
+    assert parse_ping(text) == [(1764622000.123456, 1, 1.23), (1764622000.173456, 2, 45.6)]
+
+
+def test_explained_queueing_by_hand():
+    hops = [Hop(("a", "b"), 8.0), Hop(("c",), 8.0), Hop(("d",), None)]
+    # the larger of a and b: 2000 B at 8 Mbit/s = 2 ms; c: 1000 B = 1 ms; d unshaped: nothing
+    assert explained_ms(hops, {"a": 500, "b": 2000, "c": 1000, "d": 10**6}) == pytest.approx(3.0)
+
+
+def test_excess_is_what_neither_idle_nor_the_queues_explain():
+    hops = [Hop(("a",), 8.0)]
+    probes = [(10.0, 12.0), (10.1, 30.0), (10.2, 13.0)]
+    explained = [(10.0, 9.0), (10.1, 10.0), (10.2, 10.0)]
+    r = excess_summary(2.0, probes, explained, hops)
+    # excess: 12-2-9 = 1, 30-2-10 = 18, 13-2-10 = 1 -> median 1
+    assert (r.p50_excess_ms, r.samples) == (1.0, 3)
+    assert r.limit_ms == max(MIN_EXCESS_MS, IDLE_SHARE * 2.0)
+    assert excess_summary(None, probes, explained, hops).p50_excess_ms is None
+
+
+def test_a_probe_delayed_beyond_the_queues_makes_the_run_untrusted():
+    good = dict(cpu_busy_fraction=0.5, vswitchd_cores=0.5, link_delivery_fraction=0.97,
+                emulator_loss_fraction=0.0)
+    fine = judge(**good, rtt={"p50_excess_ms": 2.0, "limit_ms": 5.0})
+    assert fine.trustworthy
+    late = judge(**good, rtt={"p50_excess_ms": 40.0, "limit_ms": 5.0})
+    assert not late.trustworthy and "added delay" in late.reasons[0]
+    assert [c.outcome for c in late.checks if c.name.startswith("probe RTT")] == ["FAIL"]

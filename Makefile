@@ -2,7 +2,7 @@
 VENV ?= .venv
 TESTBED := $(VENV)/bin/testbed
 PYTEST := $(VENV)/bin/python -m pytest
-# The eBPF ECN marker; testbed/plan/ecn_plan.py (BPF_CFLAGS, compile_command) uses the same
+# The eBPF programs; testbed/plan/ecn_plan.py (BPF_CFLAGS, compile_command) uses the same
 # flags. Debian keeps asm/types.h under the multiarch directory, which -target bpf misses.
 BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
@@ -18,9 +18,9 @@ help:  ## list the targets
 install:  ## install packages and the venv (idempotent; root; TESTBED_EXTRAS=torch adds torch)
 	@bash scripts/install.sh
 
-bpf: $(BPF_BUILD)/ecn_marker.o  ## compile the eBPF ECN marker (clang; no root)
+bpf: $(BPF_BUILD)/ecn_marker.o $(BPF_BUILD)/loss.o  ## compile-check the eBPF programs (clang; no root; runs build their own copy in the cache dir)
 
-$(BPF_BUILD)/ecn_marker.o: testbed/apply/bpf/ecn_marker.c
+$(BPF_BUILD)/%.o: testbed/apply/bpf/%.c
 	@mkdir -p $(@D)
 	clang $(BPF_CFLAGS) -c $< -o $@
 

@@ -14,8 +14,8 @@
  *   step: mark when backlog > k_bytes                                      (DCTCP)
  *   red:  p = 0 up to kmin, pmax * (backlog - kmin) / (kmax - kmin) up to kmax,
  *         1 above kmax                                                     (DCQCN)
- * testbed/qos/profiles.py holds the same rules in Python (mark_probability,
- * virtual_queue_step); testbed/qos/ecn_plan.py writes the config and reads the counters.
+ * testbed/plan/profiles.py holds the same rules in Python (mark_probability,
+ * virtual_queue_step); testbed/plan/ecn_plan.py writes the config and reads the counters.
  * Non-ECT packets are never dropped here: the real FIFO decides drops, this program only
  * marks and counts. The clsact egress hook runs before the root qdisc, so it sees every
  * packet offered to the port, including those the FIFO will drop.
@@ -60,7 +60,7 @@
 
 #define VLAN_HLEN 4
 
-/* Written by the testbed (testbed/qos/ecn_plan.py CONFIG_LAYOUT), read per packet. */
+/* Written by the testbed (testbed/plan/ecn_plan.py CONFIG_LAYOUT), read per packet. */
 struct ecn_config {
 	__u64 rate_bytes_per_s; /* the HTB class rate, in L2 bytes as HTB counts them */
 	__u32 limit_bytes;      /* the FIFO's byte limit */

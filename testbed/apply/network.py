@@ -521,6 +521,14 @@ class FabricNetwork:
         totals["impairment_drops"] += self.loss_counters()["dropped"]
         return totals
 
+    def lose(self, losses: Sequence[tuple[Cut, Loss]]) -> None:
+        """Start losing packets on a running fabric: ``losses`` as for the constructor, by
+        the eBPF loss program; once per fabric (its counters then count from here)."""
+        if self.loss is not None:
+            raise TestbedError("this fabric already loses packets by the eBPF loss program")
+        self.loss = LinkLoss(losses, self.ledger, log=self.log)
+        self.loss.apply()
+
     def loss_counters(self) -> dict:
         """What the eBPF loss program did so far: packets it applied to and dropped, in
         total and per interface (zeros without it)."""

@@ -1,0 +1,285 @@
+"""RoCE traffic on a running fabric (testbed.apply.network.FabricNetwork), shared by the RoCE
+experiments: the user-space RoCEv2 host program (``python -m testbed.traffic.roce.host``)
+started as servers and senders inside the hosts, its JSON collected; a capture of RoCE
+packets kept in the run folder; and a switch port's real queue sampled. The iperf3 (TCP)
+counterpart is testbed.harness.flows; the fabrics and queues the RoCE experiments run on are
+testbed.harness.roce_setups.
+
+Every receiving host runs one ``serve`` for all the senders that send to it (one UDP port,
+one QP per sender, as an incast onto one NIC); every sender runs one ``send``. A server
+waits for its senders on the TCP side channel, and a sender retries its connection until the
+server listens, so all start at once. Each program's standard error goes to a file in the
+setup's folder, its JSON result to another (``roce-<src>-<dst>.json``), and the results'
+lean part to the caller.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed.errors import TestbedError
+from testbed.measure.queues import QueueSeries
+
+HOST_MODULE = "testbed.traffic.roce.host"
+GRACE_S = 30.0           # beyond a sender's own time and timeout, before it counts as hung
+SERVER_EXIT_S = 15.0     # a server ends this long after its last sender at most
+CAPTURE_FILE = "roce-sample.pcap"
+CAPTURE_LOG = "roce-capture.log"
+CAPTURE_PACKETS = 300    # a sample: tcpdump stops by itself after this many
+CAPTURE_START_S = 10.0
+CAPTURE_POLL_S = 0.05
+CAPTURE_STOP_S = 10.0
+ROCE_UDP_PORT = 4791
+
+
+@dataclass(frozen=True)
+class RoceSettings:
+    """What every sender of a run does (the host program's flags): the opcode, message size,
+    RoCE path MTU, congestion control (with the link rate it paces at and scales DCQCN by),
+    how long or how many messages, and the transport's timers. ``seed`` is the first
+    sender's (each next sender adds one)."""
+
+    opcode: str = "write"
+    message_bytes: int = 65536
+    mtu_bytes: int = 1024
+    cc: str = "none"
+    link_rate_mbit: float | None = None
+    duration_s: float | None = None
+    count: int | None = None
+    cc_params: dict[str, float] = field(default_factory=dict)
+    ack_timeout_s: float | None = None
+    queue_depth: int = 16
+    max_outstanding: int = 128
+    timeout_s: float = 60.0
+    seed: int = 1
+
+    def __post_init__(self):
+        if (self.duration_s is None) == (self.count is None):
+            raise ValueError("give a RoCE flow either duration_s or count")
+
+
+def send_argv(bind_ip: str, peer_ip: str, settings: RoceSettings, seed: int,
+              python: str = sys.executable) -> list[str]:
+    """A sender's command line."""
+    s = settings
+    argv = [python, "-m", HOST_MODULE, "send", "--bind", bind_ip, "--peer", peer_ip,
+            "--opcode", s.opcode, "--size", str(s.message_bytes), "--mtu", str(s.mtu_bytes),
+            "--cc", s.cc, "--queue-depth", str(s.queue_depth), "--max-outstanding",
+            str(s.max_outstanding), "--timeout-s", f"{s.timeout_s:g}", "--seed", str(seed)]
+    argv += (["--duration-s", f"{s.duration_s:g}"] if s.duration_s is not None
+             else ["--count", str(s.count)])
+    if s.link_rate_mbit is not None:
+        argv += ["--link-rate-mbit", f"{s.link_rate_mbit:g}"]
+    if s.ack_timeout_s is not None:
+        argv += ["--ack-timeout-s", f"{s.ack_timeout_s:g}"]
+    for name, value in sorted(s.cc_params.items()):
+        argv += ["--cc-param", f"{name}={value!r}"]
+    return argv
+
+
+def serve_argv(bind_ip: str, connections: int, settings: RoceSettings,
+               python: str = sys.executable) -> list[str]:
+    """A server's command line: ``connections`` senders on one engine."""
+    argv = [python, "-m", HOST_MODULE, "serve", "--bind", bind_ip, "--connections",
+            str(connections), "--timeout-s", f"{settings.timeout_s:g}"]
+    if settings.ack_timeout_s is not None:
+        argv += ["--ack-timeout-s", f"{settings.ack_timeout_s:g}"]
+    return argv
+
+
+def parse_host_output(text: str, who: str) -> dict:
+    """The host program's one JSON line (the last line of its output)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise TestbedError(f"{who}: the RoCE host program printed nothing")
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        raise TestbedError(f"{who}: the RoCE host program printed no JSON: "
+                           f"{lines[-1][-200:]}") from None
+
+
+def flow_summary(result: dict) -> dict:
+    """A sender's JSON without its series and counters tables: what a setup's results keep."""
+    keep = ("messages", "bytes_delivered", "elapsed_s", "goodput_mbit", "packets_sent",
+            "retransmitted_packets", "naks", "timeouts", "cnps_received",
+            "cnps_sent_by_receiver", "data_verified", "errors", "window_monotonic_s")
+    return {key: result.get(key) for key in keep}
+
+
+@dataclass
+class RoceRun:
+    """What one batch of RoCE flows did: per flow (src, dst) its sender's JSON (None when
+    the sender failed), per receiving host its server's JSON, the errors, and the monotonic
+    interval from the first sender's start to the last one's end."""
+
+    pairs: list[tuple[str, str]]
+    senders: list[dict | None]
+    servers: dict[str, dict | None]
+    errors: list[str]
+    window_monotonic_s: tuple[float, float] | None
+
+    def goodputs_mbit(self) -> list[float]:
+        """Each flow's goodput (0 for a sender that failed)."""
+        return [r["goodput_mbit"] if r else 0.0 for r in self.senders]
+
+    def all_verified(self) -> bool:
+        return bool(self.senders) and all(r is not None and r["data_verified"]
+                                          for r in self.senders)
+
+    def summary(self) -> dict:
+        return {"flows": [{"src": src, "dst": dst, **(flow_summary(r) if r else {})}
+                          for (src, dst), r in zip(self.pairs, self.senders)],
+                "errors": self.errors, "window_monotonic_s": self.window_monotonic_s,
+                "data_verified": self.all_verified()}
+
+
+def result_file(folder: Path, src: str, dst: str) -> Path:
+    return folder / f"roce-{src}-{dst}.json"
+
+
+def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
+                   folder: Path) -> RoceRun:
+    """One RoCE flow per (source, destination) pair, all at once, each to a server on its
+    destination (one per destination); waits for every program and returns their results.
+    A program that fails or hangs is an error of the run, not an exception: what the others
+    measured is kept."""
+    fabric = net.fabric
+    counts = Counter(dst for _, dst in pairs)
+    servers = {}
+    for dst, n in counts.items():
+        with open(folder / f"roce-serve-{dst}.err", "wb") as err:
+            servers[dst] = net.popen(dst, serve_argv(fabric.nodes[dst].ip, n, settings),
+                                     stdout=subprocess.PIPE, stderr=err)
+    start = time.monotonic()
+    senders = []
+    for i, (src, dst) in enumerate(pairs):
+        with open(folder / f"roce-{src}-{dst}.err", "wb") as err:
+            senders.append(net.popen(src, send_argv(fabric.nodes[src].ip, fabric.nodes[dst].ip,
+                                                    settings, settings.seed + i),
+                                     stdout=subprocess.PIPE, stderr=err))
+    limit_s = (settings.duration_s or 0.0) + settings.timeout_s + GRACE_S
+    errors: list[str] = []
+    results: list[dict | None] = []
+    ends = []
+    try:
+        for (src, dst), proc in zip(pairs, senders):
+            result = _collect(proc, f"sender {src} -> {dst}", max(1.0, start + limit_s
+                                                                 - time.monotonic()), errors)
+            if result is not None:
+                result_file(folder, src, dst).write_text(json.dumps(result))
+                ends.append(result["window_monotonic_s"][1])
+                if not result["data_verified"]:
+                    errors.append(f"{src} -> {dst}: data not verified ({result['errors']})")
+            results.append(result)
+        served = {dst: _collect(proc, f"server {dst}", SERVER_EXIT_S, errors)
+                  for dst, proc in servers.items()}
+    finally:
+        for proc in [*senders, *servers.values()]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for dst, result in served.items():
+        if result is not None:
+            (folder / f"roce-serve-{dst}.json").write_text(json.dumps(result))
+            errors += [f"server {dst}: {e}" for e in result.get("errors", [])]
+    starts = [r["window_monotonic_s"][0] for r in results if r is not None]
+    window = (min(starts), max(ends)) if starts else None
+    return RoceRun(list(pairs), results, served, errors, window)
+
+
+def _collect(proc, who: str, timeout_s: float, errors: list[str]) -> dict | None:
+    """A program's JSON, or None with the reason added to ``errors``."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        errors.append(f"{who}: still running after {timeout_s:.0f} s, killed")
+        return None
+    try:
+        return parse_host_output(out.decode(errors="replace"), who)
+    except TestbedError as err:
+        errors.append(f"{str(err)} (exit {proc.returncode})")
+        return None
+
+
+# --- a sample of RoCE packets ------------------------------------------------------------------
+
+
+def capture_argv(interface: str, path: Path, packets: int = CAPTURE_PACKETS) -> list[str]:
+    """tcpdump keeping the first ``packets`` RoCEv2 packets (UDP port 4791) seen on
+    ``interface``, whole, each written as it comes."""
+    return ["tcpdump", "-i", interface, "-U", "-c", str(packets), "-w", str(path), "udp",
+            "port", str(ROCE_UDP_PORT)]
+
+
+class RoceCapture:
+    """A sample of the RoCE packets on ``host``'s NIC while the block runs, kept as
+    ``folder``/roce-sample.pcap (testbed.measure.roce decodes it)."""
+
+    def __init__(self, net, host: str, folder: Path, packets: int = CAPTURE_PACKETS):
+        self.net, self.host = net, host
+        link, end = net.fabric.host_link(host)
+        self.interface = link.intf(end)
+        self.path = (folder / CAPTURE_FILE).absolute()
+        self.log_path = folder / CAPTURE_LOG
+        self.packets = packets
+        self.proc = None
+
+    def __enter__(self) -> RoceCapture:
+        with open(self.log_path, "wb") as log:
+            self.proc = self.net.popen(self.host, capture_argv(self.interface, self.path,
+                                                               self.packets),
+                                       stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + CAPTURE_START_S
+        while "listening on" not in self.log_path.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise TestbedError(f"tcpdump on {self.host} did not start: "
+                                   f"{self.log_path.read_text(errors='replace')[-300:]}")
+            time.sleep(CAPTURE_POLL_S)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=CAPTURE_STOP_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def record(self) -> dict:
+        return {"pcap": str(self.path), "host": self.host, "interface": self.interface,
+                "asked_packets": self.packets}
+
+
+def settings_record(settings: RoceSettings) -> dict:
+    return asdict(settings)
+
+
+# --- the real queue, sampled ---------------------------------------------------------------------
+
+
+@contextmanager
+def backlog_sampling(intf: str, handle: str, interval_s: float) -> Iterator[QueueSeries]:
+    """The backlog of qdisc ``handle`` on switch port ``intf`` (its real queue, over
+    rtnetlink: testbed.measure.backlog) every ``interval_s`` while the block runs; the
+    series' times are CLOCK_MONOTONIC seconds once the block ends."""
+    from testbed.measure.backlog import PortBacklog
+    from testbed.measure.queues import queue_sampling
+
+    with PortBacklog(intf, handle=handle) as backlog:
+        t0 = time.monotonic()
+        with queue_sampling(lambda: {intf: backlog.read()}, [intf], interval_s) as series:
+            yield series
+        series.t_s = [t0 + t for t in series.t_s]

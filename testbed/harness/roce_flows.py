@@ -19,13 +19,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.errors import TestbedError
-from testbed.measure.queues import QueueSeries
 
 HOST_MODULE = "testbed.traffic.roce.host"
 GRACE_S = 30.0           # beyond a sender's own time and timeout, before it counts as hung
@@ -267,19 +264,125 @@ def settings_record(settings: RoceSettings) -> dict:
     return asdict(settings)
 
 
-# --- the real queue, sampled ---------------------------------------------------------------------
+# --- flows through the bench's bottleneck, with its real queue sampled --------------------------
+
+QDISC, MARKER = "qdisc", "marker"  # the sampled series: the real backlog, the marker's model
+QUEUE_FILE = "queue.json"
+CC_FILE = "cc-series.json"
 
 
-@contextmanager
-def backlog_sampling(intf: str, handle: str, interval_s: float) -> Iterator[QueueSeries]:
-    """The backlog of qdisc ``handle`` on switch port ``intf`` (its real queue, over
-    rtnetlink: testbed.measure.backlog) every ``interval_s`` while the block runs; the
-    series' times are CLOCK_MONOTONIC seconds once the block ends."""
+@dataclass
+class BottleneckRun:
+    """RoCE flows from every sender of a bench into its receiver, measured: the flows, the
+    bottleneck's real queue (and, on the eBPF marking path, the marker's model of it at the
+    same instants) in CLOCK_MONOTONIC seconds, the fidelity watch, the marks and pauses
+    over the flows, and the packet sample."""
+
+    roce: RoceRun
+    t_s: list[float]
+    qdisc_bytes: list[int]
+    marker_bytes: list[int] | None
+    sampler_error: str | None
+    watch: object  # testbed.measure.fidelity.Watch
+    marks: int | None
+    pfc: dict | None
+    capture: dict | None
+
+
+def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
+                       sample_s: float, capture: bool = True) -> BottleneckRun:
+    """Run ``bench``'s flows on a running setup (testbed.harness.experiment.SetupRun) with
+    the bottleneck's qdisc ``queue_handle`` sampled every ``sample_s``; the raw series go to
+    the setup's folder (queue.json, cc-series.json and each program's JSON)."""
+    from contextlib import nullcontext
+
     from testbed.measure.backlog import PortBacklog
+    from testbed.measure.counters import counter_delta
+    from testbed.measure.pauses import counter_deltas
     from testbed.measure.queues import queue_sampling
+    from testbed.measure.roce import cc_series, decode_capture
+    from testbed.plan.ecn_plan import ECN_PATH_EBPF
 
-    with PortBacklog(intf, handle=handle) as backlog:
+    net, intf = run.net, bench.bottleneck_intf
+    marking = net.marking
+    model = marking is not None and marking.path == ECN_PATH_EBPF
+    marks_before = marking.counters() if marking is not None else None
+    pfc_before = net.pfc.counters().get("interfaces", {}) if net.pfc is not None else None
+    lossless_before = net.pfc_summary()["lossless_drops"] if net.pfc is not None else None
+    sample = RoceCapture(net, bench.receiver, run.workdir) if capture else nullcontext()
+    with run.watch() as watch, PortBacklog(intf, handle=queue_handle) as backlog:
+        def read() -> dict[str, int]:
+            depths = {MARKER: marking.queue_depths()[intf]} if model else {}
+            depths[QDISC] = backlog.read()  # right after the model, at the same instant
+            return depths
+
         t0 = time.monotonic()
-        with queue_sampling(lambda: {intf: backlog.read()}, [intf], interval_s) as series:
-            yield series
-        series.t_s = [t0 + t for t in series.t_s]
+        with queue_sampling(read, [QDISC, MARKER] if model else [QDISC], sample_s) as series, \
+                sample:
+            roce = run_roce_flows(net, bench.pairs(), settings, run.workdir)
+    t_s = [t0 + t for t in series.t_s]
+    marks = None
+    if marking is not None:
+        marks = counter_delta(marks_before, marking.counters()).get(intf, {}).get("marks")
+    pfc = None
+    if net.pfc is not None:
+        deltas = counter_deltas(pfc_before, net.pfc.counters().get("interfaces", {}))
+        summary = net.pfc_summary()
+        pfc = {"pause_frames_sent": int(sum(d["xoff_sent"] + d["xon_sent"]
+                                            for d in deltas.values())),
+               "paused_s": round(sum(d["paused_s"] for d in deltas.values()), 6),
+               "lossless_drops": summary["lossless_drops"] - lossless_before,
+               "pause_agent_running": summary["agent_running"]}
+    (run.workdir / QUEUE_FILE).write_text(json.dumps({
+        "t_s": t_s, "qdisc_bytes": series.depth_bytes[QDISC],
+        "marker_bytes": series.depth_bytes.get(MARKER), "read_s": series.read_s}))
+    (run.workdir / CC_FILE).write_text(json.dumps({
+        f"{src}->{dst}": cc_series(r) for (src, dst), r in zip(roce.pairs, roce.senders) if r}))
+    record = ({**sample.record(), **decode_capture(sample.path)} if capture else None)
+    return BottleneckRun(roce, t_s, series.depth_bytes[QDISC], series.depth_bytes.get(MARKER),
+                         series.error, watch, marks, pfc, record)
+
+
+def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s: float,
+                      frame_bytes: int, sample_s: float, bandwidth_bound: bool,
+                      setup: str) -> dict:
+    """A BottleneckRun as a setup's results: judged from ``settle_s`` after the flows start
+    to their end, the real queue's statistics (and the marker model's, with their
+    divergence), each flow's goodput and their Jain index, the bottleneck's utilisation,
+    marks, pauses, the packet sample and the fidelity verdict."""
+    from testbed.measure.backlog import backlog_divergence
+    from testbed.measure.roce import sampled_fraction, scaling_rows, window_queue
+    from testbed.measure.stats import jain_index
+
+    roce, watch = b.roce, b.watch
+    start, end = roce.window_monotonic_s or (watch.t_start, watch.t_end)
+    judged = (min(start + settle_s, end), end)
+    queue = window_queue(b.t_s, b.qdisc_bytes, judged, frame_bytes)
+    queue["sampled_fraction"] = sampled_fraction(queue["samples"], judged, sample_s)
+    divergence = model = None
+    if b.marker_bytes is not None:
+        model = window_queue(b.t_s, b.marker_bytes, judged, frame_bytes)
+        inside = [i for i, t in enumerate(b.t_s) if judged[0] <= t <= judged[1]]
+        divergence = backlog_divergence([b.qdisc_bytes[i] for i in inside],
+                                        [b.marker_bytes[i] for i in inside], frame_bytes)
+    sampler_window = watch.window_s(*judged)
+    goodputs = roce.goodputs_mbit()
+    result = {
+        "senders": len(bench.senders), "cc": settings.cc, "settings": settings_record(settings),
+        "bottleneck": bench.bottleneck_intf, "bottleneck_label": bench.bottleneck_label,
+        "frame_bytes": frame_bytes, "window_monotonic_s": list(judged),
+        "flows_monotonic_s": [start, end],
+        "queue_source": "qdisc backlog (rtnetlink)", "queue": queue, "marker_queue": model,
+        "divergence": divergence, "sampler_error": b.sampler_error,
+        "flows": roce.summary()["flows"], "goodput_mbit": goodputs,
+        "jain": jain_index(goodputs) if goodputs else None,
+        "utilisation": watch.utilisation(sampler_window).get(bench.bottleneck_label),
+        "cc_scaling": next((rows for rows in map(scaling_rows, filter(None, roce.senders))
+                            if rows), []),
+        "marks": b.marks, "pfc": b.pfc, "capture": b.capture, "errors": roce.errors,
+        "fidelity": watch.verdict(sampler_window, bottleneck=bench.bottleneck_label,
+                                  bandwidth_bound=bandwidth_bound, setup=setup).to_dict(),
+    }
+    if b.pfc is not None:  # testbed.measure.pauses.agent_alive_checks judges it
+        result["pause_agent_running"] = b.pfc["pause_agent_running"]
+    return result

@@ -63,3 +63,26 @@ def plot_queue(t_s: list[float], depth_bytes: list[int], origin_s: float,
     ax.set_title(title, fontsize=9)
     legend_outside(ax, fontsize=7)
     return save(fig, path)
+
+
+def plot_setup_series(name: str, result: dict, thresholds: dict[str, float], title: str,
+                      folder: Path) -> list[Path]:
+    """One bottleneck setup's figures (testbed.harness.roce_flows.measure_bottleneck's
+    files in its folder): the real queue with ``thresholds``, and every QP's control."""
+    import json
+
+    from testbed.harness.roce_flows import CC_FILE, QUEUE_FILE
+
+    run_dir = Path(result["dir"])
+    origin = result["flows_monotonic_s"][0]
+    paths = []
+    queue_file, cc_file = run_dir / QUEUE_FILE, run_dir / CC_FILE
+    if queue_file.exists():
+        queue = json.loads(queue_file.read_text())
+        paths.append(plot_queue(queue["t_s"], queue["qdisc_bytes"], origin, thresholds,
+                                f"{title} | {name}\n{result['bottleneck']} toward the "
+                                f"receiver, sampled every 10 ms", folder / f"queue-{name}.png"))
+    if cc_file.exists():
+        paths.append(plot_cc(json.loads(cc_file.read_text()), origin, f"{title} | {name}",
+                             folder / f"cc-{name}.png"))
+    return paths

@@ -141,3 +141,17 @@ def test_the_allreduce_program_runs_over_roce_with_the_sum_verified():
     for rank, (_, res) in enumerate(out):
         assert res["verified"] and res["wrong"] == 0 and res["transport"] == "roce"
         assert res["roce"]["data_packets_sent"] > 0 and res["roce"]["icrc_errors"] == 0
+
+
+def test_the_allreduce_experiment_passes_the_roce_transport_to_every_rank():
+    from testbed.experiments.allreduce.experiment import AllReduceParams, transport_argv
+
+    assert transport_argv("tcp", 50.0, 4, 9000) == []
+    # MTU 9000 carries 4096-byte payloads; 4 channels share a 50 Mbit/s link
+    assert transport_argv("roce", 50.0, 4, 9000) == ["--transport", "roce", "--roce-mtu",
+                                                     "4096", "--roce-rate-mbit", "12.5"]
+    # 1500 carries 1024 (+ 60 bytes of headers), not 2048
+    assert transport_argv("roce", 6.0, 1, 1500)[3] == "1024"
+    assert AllReduceParams.model_validate({"transport": "roce"}).transport == "roce"
+    with pytest.raises(ValueError):
+        AllReduceParams.model_validate({"transport": "udp"})

@@ -25,6 +25,10 @@ from pathlib import Path
 from testbed.errors import TestbedError
 
 HOST_MODULE = "testbed.traffic.roce.host"
+RXE_MODULE = "testbed.traffic.roce.rxe"
+ENGINE, RXE = "engine", "rxe"  # the user-space RoCEv2 engine, or the kernel's softRoCE
+RXE_FIRST_PORT = 18515   # perftest serves one client per port: one port per flow
+RXE_SERVER_START_S = 2.0  # perftest's client does not retry: its server listens first
 GRACE_S = 30.0           # beyond a sender's own time and timeout, before it counts as hung
 SERVER_EXIT_S = 15.0     # a server ends this long after its last sender at most
 CAPTURE_FILE = "roce-sample.pcap"
@@ -41,7 +45,9 @@ class RoceSettings:
     """What every sender of a run does (the host program's flags): the opcode, message size,
     RoCE path MTU, congestion control (with the link rate it paces at and scales DCQCN by),
     how long or how many messages, and the transport's timers. ``seed`` is the first
-    sender's (each next sender adds one)."""
+    sender's (each next sender adds one). ``transport`` rxe runs perftest over the kernel's
+    softRoCE instead of the engine (testbed.traffic.roce.rxe: RDMA WRITE for a duration, no
+    congestion control, no data check)."""
 
     opcode: str = "write"
     message_bytes: int = 65536
@@ -56,10 +62,24 @@ class RoceSettings:
     max_outstanding: int = 128
     timeout_s: float = 60.0
     seed: int = 1
+    transport: str = ENGINE
 
     def __post_init__(self):
         if (self.duration_s is None) == (self.count is None):
             raise ValueError("give a RoCE flow either duration_s or count")
+        if self.transport not in (ENGINE, RXE):
+            raise ValueError(f"transport must be {ENGINE} or {RXE}, got {self.transport!r}")
+        if self.transport == RXE and (self.duration_s is None or self.cc != "none"):
+            raise ValueError("the rxe path runs for a duration without congestion control")
+
+
+def rxe_argv(role: str, bind_ip: str, settings: RoceSettings, port: int,
+             peer_ip: str | None = None, python: str = sys.executable) -> list[str]:
+    """The softRoCE host program's command line (testbed.traffic.roce.rxe)."""
+    argv = [python, "-m", RXE_MODULE, role, "--bind", bind_ip, "--side-port", str(port),
+            "--duration-s", f"{settings.duration_s:g}", "--size", str(settings.message_bytes),
+            "--mtu", str(settings.mtu_bytes)]
+    return argv + (["--peer", peer_ip] if peer_ip else [])
 
 
 def send_argv(bind_ip: str, peer_ip: str, settings: RoceSettings, seed: int,
@@ -125,9 +145,12 @@ class RoceRun:
 
     def goodputs_mbit(self) -> list[float]:
         """Each flow's goodput (0 for a sender that failed)."""
-        return [r["goodput_mbit"] if r else 0.0 for r in self.senders]
+        return [(r or {}).get("goodput_mbit") or 0.0 for r in self.senders]
 
-    def all_verified(self) -> bool:
+    def all_verified(self) -> bool | None:
+        """Every flow's data verified (None when a flow's transport does not check it)."""
+        if any(r is not None and r.get("data_verified") is None for r in self.senders):
+            return None
         return bool(self.senders) and all(r is not None and r["data_verified"]
                                           for r in self.senders)
 
@@ -149,19 +172,28 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
     A program that fails or hangs is an error of the run, not an exception: what the others
     measured is kept."""
     fabric = net.fabric
-    counts = Counter(dst for _, dst in pairs)
+    ip = {name: fabric.nodes[name].ip for pair in pairs for name in pair}
     servers = {}
-    for dst, n in counts.items():
-        with open(folder / f"roce-serve-{dst}.err", "wb") as err:
-            servers[dst] = net.popen(dst, serve_argv(fabric.nodes[dst].ip, n, settings),
-                                     stdout=subprocess.PIPE, stderr=err)
+    if settings.transport == RXE:  # one perftest server per flow, listening before its client
+        for i, (src, dst) in enumerate(pairs):
+            with open(folder / f"roce-serve-{dst}-{i}.err", "wb") as err:
+                servers[f"{dst}-{i}"] = net.popen(dst, rxe_argv("serve", ip[dst], settings,
+                                                                RXE_FIRST_PORT + i),
+                                                  stdout=subprocess.PIPE, stderr=err)
+        time.sleep(RXE_SERVER_START_S)
+    else:
+        for dst, n in Counter(dst for _, dst in pairs).items():
+            with open(folder / f"roce-serve-{dst}.err", "wb") as err:
+                servers[dst] = net.popen(dst, serve_argv(ip[dst], n, settings),
+                                         stdout=subprocess.PIPE, stderr=err)
     start = time.monotonic()
     senders = []
     for i, (src, dst) in enumerate(pairs):
+        argv = (rxe_argv("send", ip[src], settings, RXE_FIRST_PORT + i, ip[dst])
+                if settings.transport == RXE
+                else send_argv(ip[src], ip[dst], settings, settings.seed + i))
         with open(folder / f"roce-{src}-{dst}.err", "wb") as err:
-            senders.append(net.popen(src, send_argv(fabric.nodes[src].ip, fabric.nodes[dst].ip,
-                                                    settings, settings.seed + i),
-                                     stdout=subprocess.PIPE, stderr=err))
+            senders.append(net.popen(src, argv, stdout=subprocess.PIPE, stderr=err))
     limit_s = (settings.duration_s or 0.0) + settings.timeout_s + GRACE_S
     errors: list[str] = []
     results: list[dict | None] = []
@@ -172,8 +204,10 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
                                                                  - time.monotonic()), errors)
             if result is not None:
                 result_file(folder, src, dst).write_text(json.dumps(result))
-                ends.append(result["window_monotonic_s"][1])
-                if not result["data_verified"]:
+                if result.get("window_monotonic_s"):
+                    ends.append(result["window_monotonic_s"][1])
+                errors += [f"{src} -> {dst}: {e}" for e in result.get("errors", [])]
+                if result.get("data_verified") is False:
                     errors.append(f"{src} -> {dst}: data not verified ({result['errors']})")
             results.append(result)
         served = {dst: _collect(proc, f"server {dst}", SERVER_EXIT_S, errors)
@@ -187,7 +221,7 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
         if result is not None:
             (folder / f"roce-serve-{dst}.json").write_text(json.dumps(result))
             errors += [f"server {dst}: {e}" for e in result.get("errors", [])]
-    starts = [r["window_monotonic_s"][0] for r in results if r is not None]
+    starts = [r["window_monotonic_s"][0] for r in results if r and r.get("window_monotonic_s")]
     window = (min(starts), max(ends)) if starts else None
     return RoceRun(list(pairs), results, served, errors, window)
 

@@ -119,3 +119,29 @@ def lossless_queue(fabric: Fabric, rate_mbit: float, mtu_bytes: int, buffer_byte
         raise ConfigError("params.buffer_bytes", f"{buffer_bytes} B per class cannot hold "
                           f"the lossless queue: {err.field}: {err.problem}") from None
     return queue, record
+
+
+RXE_TOOLS = ("rdma", "ib_write_bw")  # iproute2's rdma makes the device, perftest drives it
+
+
+def transport_problems(transport: str, platform, which=None) -> list:
+    """Why ``transport`` cannot run here: rxe needs the kernel's rdma_rxe and the tools that
+    make and drive its devices (``which``: shutil.which unless given)."""
+    import shutil
+
+    from testbed.harness.scenario import Problem
+
+    if transport != "rxe":
+        return []
+    which = which or shutil.which
+    rxe = platform.capabilities.get("rdma_rxe")
+    problems = []
+    if rxe is None or not rxe.available:
+        problems.append(Problem(("params", "transport"), "rxe needs the kernel's rdma_rxe ("
+                                + (rxe.detail if rxe is not None else "not probed")
+                                + "); transport: engine runs everywhere"))
+    missing = [tool for tool in RXE_TOOLS if which(tool) is None]
+    if missing:
+        problems.append(Problem(("params", "transport"), f"rxe needs {', '.join(missing)} "
+                                "(Debian: iproute2, perftest)"))
+    return problems

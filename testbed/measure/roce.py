@@ -169,8 +169,12 @@ def goodput_fraction(goodput_mbit: float | None, rate_mbit: float) -> float | No
 
 def verified_check(flows: list[dict], setup: str | None = None) -> Check:
     """Every flow's data arrived intact: the receiver's memory hashes as the sender's."""
+    name = "RoCE data verified"
+    if any(f.get("data_verified") is None and not f.get("errors") for f in flows):
+        return holds(name, None, "perftest (the rxe path) moves the bytes without checking "
+                     "them", setup)
     verified = sum(bool(f.get("data_verified")) for f in flows)
-    return holds("RoCE data verified", verified == len(flows) if flows else None,
+    return holds(name, verified == len(flows) if flows else None,
                  f"{verified} of {len(flows)} flows: the SHA-256 of the receiver's memory "
                  "region equals the sender's", setup, measured=verified, expected=len(flows))
 

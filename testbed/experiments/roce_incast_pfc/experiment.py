@@ -18,7 +18,8 @@ Measured per setup over the judged window: drops in the lossless queues (switche
 hosts), pause frames sent and port-seconds paused (the pause agent's counters), the real
 queue (the lossless class's backlog every 10 ms), goodputs and their Jain index, marks, each
 QP's rate, alpha and CNPs over time, a sample of the RoCE packets, whether the emulator kept
-up and whether the pause agent ran throughout.
+up and whether the pause agent ran throughout. With ``transport: rxe`` (pfc only) the QPs
+are the kernel's softRoCE driven by perftest (testbed.traffic.roce.rxe).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from testbed.harness.roce_setups import (
     lossless_queue,
     roce_bench,
     roce_frame_bytes,
+    transport_problems,
 )
 from testbed.harness.scenario import Problem
 from testbed.plan.profiles import U32_MAX
@@ -67,6 +69,9 @@ class RoceIncastPfcParams(Params):
     pfc_reaction_time_s: float = Field(DEFAULT_PFC_REACTION_TIME_S, ge=0, le=1,
                                        allow_inf_nan=False)
     capture: bool = Field(True, description="keep a sample of RoCE packets per setup")
+    transport: Literal["engine", "rxe"] = Field("engine", description="the user-space RoCEv2 "
+                                                "engine, or the kernel's softRoCE (rxe; pfc "
+                                                "only: rxe has no DCQCN)")
 
     @field_validator("conditions")
     @classmethod
@@ -95,6 +100,10 @@ class RoceIncastPfc(Experiment):
         if p.settle_s >= p.seconds - 1:
             problems.append(Problem(("params", "settle_s"), f"must leave at least a second of "
                                     f"the {p.seconds} s to judge, got {p.settle_s:g}"))
+        problems += transport_problems(p.transport, self.platform)
+        if p.transport == "rxe" and PFC_DCQCN in p.conditions:
+            problems.append(Problem(("params", "conditions"), "pfc+dcqcn needs the engine's "
+                                    "DCQCN; the rxe path runs pfc only"))
         return problems
 
     def setups(self) -> list[Setup]:
@@ -125,7 +134,8 @@ class RoceIncastPfc(Experiment):
                                 cc=CC_OF[run.setup.name], link_rate_mbit=self.rate_mbit,
                                 duration_s=float(p.seconds),
                                 ack_timeout_s=ack_timeout_s(p.buffer_bytes, self.rate_mbit),
-                                timeout_s=ROCE_TIMEOUT_S, seed=self.scenario.seed)
+                                timeout_s=ROCE_TIMEOUT_S, seed=self.scenario.seed,
+                                transport=p.transport)
         run.log(f"{run.setup.name}: {p.senders}:1 RoCE incast into {bench.receiver} "
                 f"(cc {settings.cc}) for {p.seconds} s")
         measured = measure_bottleneck(run, bench, settings, LOSSLESS_QUEUE, SAMPLE_S, p.capture)

@@ -25,7 +25,9 @@ Measured: each flow's goodput, RoCE's retransmissions, NAKs and timeouts, TCP's
 retransmitted segments, the loss the program applied (its counters), a sample of the RoCE
 packets (the first setup's receiver NIC, ``roce-sample.pcap``) decoded by tshark and checked
 by scapy, and whether the emulator kept up (judged on the RoCE flow's window; bandwidth-bound
-at zero loss only).
+at zero loss only). With ``transport: rxe`` the RoCE flow is the kernel's softRoCE driven by
+perftest (testbed.traffic.roce.rxe), where the kernel has rdma_rxe: the same go-back-N in the
+kernel's RC implementation, its window its own.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from testbed.harness.roce_setups import (
     bench_fabric,
     roce_bench,
     roce_frame_bytes,
+    transport_problems,
 )
 from testbed.harness.scenario import Problem
 from testbed.plan.port_queue import default_buffer_bytes
@@ -61,7 +64,7 @@ class RoceLossParams(Params):
     each flow runs, and the RoCE flow's shape."""
 
     loss_percents: list[Annotated[float, Field(ge=0, lt=100)]] = Field(
-        [0.0, 0.01, 0.1, 1.0], min_length=2, description="random loss per direction, in %, "
+        [0.0, 0.01, 0.1, 1.0], min_length=2, description="random loss per direction, in percent, "
                                                         "increasing from 0")
     seconds: int = Field(10, ge=2, le=MAX_SECONDS, description="seconds each flow runs")
     omit_s: int = Field(2, ge=0, le=60, description="TCP start-up seconds left out")
@@ -70,6 +73,9 @@ class RoceLossParams(Params):
     max_outstanding: int = Field(64, ge=1, le=4096, description="RoCE packets in flight "
                                  "(the send window)")
     capture: bool = Field(True, description="keep a sample of RoCE packets (first setup)")
+    transport: Literal["engine", "rxe"] = Field("engine", description="the user-space RoCEv2 "
+                                                "engine, or the kernel's softRoCE (rxe) "
+                                                "driven by perftest where the kernel has it")
 
     @field_validator("loss_percents")
     @classmethod
@@ -111,6 +117,7 @@ class RoceLoss(Experiment):
                                     f" packets ({window} B) do not fit the switch port's "
                                     f"{buffer}-byte buffer: the flow would lose packets to "
                                     f"its own queue"))
+        problems += transport_problems(self.params.transport, self.platform)
         if self.params.omit_s >= self.params.seconds:
             problems.append(Problem(("params", "omit_s"), "must be below seconds"))
         return problems
@@ -131,7 +138,8 @@ class RoceLoss(Experiment):
                             duration_s=float(p.seconds), max_outstanding=p.max_outstanding,
                             ack_timeout_s=ack_timeout_s(p.max_outstanding * roce_frame_bytes(
                                 p.roce_mtu_bytes), self.rate_mbit),
-                            timeout_s=ROCE_TIMEOUT_S, seed=self.scenario.seed)
+                            timeout_s=ROCE_TIMEOUT_S, seed=self.scenario.seed,
+                            transport=p.transport)
 
     # -- on a running fabric ----------------------------------------------------------------
     def measure(self, run: SetupRun) -> dict:

@@ -118,6 +118,9 @@ class RoceLoss(Experiment):
                                     f"{buffer}-byte buffer: the flow would lose packets to "
                                     f"its own queue"))
         problems += transport_problems(self.params.transport, self.platform)
+        if self.scenario.impairments:
+            problems.append(Problem(("impairments",), "roce-loss loses packets on each setup "
+                                    "itself (params.loss_percents); leave impairments out"))
         if self.params.omit_s >= self.params.seconds:
             problems.append(Problem(("params", "omit_s"), "must be below seconds"))
         return problems

@@ -130,7 +130,10 @@ def test_roce_dcqcn_scenario_setups():
     n4 = resolved.setups[1]
     assert (n4.queue.ecn.kmin_bytes, n4.queue.ecn.kmax_bytes) == (5000, 200_000)
     assert n4.queue.pfc.xoff_bytes == 484_680 and n4.queue.uses_classes
-    assert resolved.experiment.settings("dcqcn").link_rate_mbit == 20.0
+    dcqcn, none = resolved.experiment.settings(n4), resolved.experiment.settings(resolved.setups[2])
+    assert (dcqcn.cc, dcqcn.link_rate_mbit, none.cc) == ("dcqcn", 20.0, "none")
+    # a 1 MB buffer drains in 0.4 s at 20 Mbit/s; four drains
+    assert dcqcn.ack_timeout_s == pytest.approx(1.6)
     with pytest.raises(ConfigError):
         scenario("roce-dcqcn", **{"params.senders": [5]})
     with pytest.raises(ConfigError):
@@ -201,8 +204,11 @@ def test_roce_dctcp_scenario_and_checks_by_hand(tmp_path):
     queue = resolved.setups[0].queue
     assert queue.ecn.k_bytes == 3000 and queue.buffer_bytes == 125_000 and not queue.uses_classes
     experiment = resolved.experiment
+    settings = experiment.settings(resolved.setups[0])
+    assert settings.cc == "dctcp" and settings.link_rate_mbit is None  # a window, unpaced
     extra = {"k_bytes": 3000, "buffer_bytes": 125_000,
-             "k_scaling": {"value": 3000, "anchor": "DCTCP K", "decided_by": "frames"}}
+             "queue_record": {"ecn": [{"value": 3000, "anchor": "DCTCP K",
+                                         "decided_by": "frames"}]}}
     results = {
         # |5000 - 3000| = 2000 <= 3 * 1098 = 3294; utilisation 0.95
         "n2-dctcp": bottleneck(tmp_path, "n2-dctcp", 2, "dctcp", 5000, [9.5, 9.4], **extra),

@@ -61,7 +61,7 @@ def dctcp_rows(results: dict[str, dict]) -> list[tuple[str, str]]:
         if r.get("divergence"):
             rows.append((f"{name}: marker's model", f"mean |model - qdisc| "
                                                     f"{r['divergence']['mean_abs_bytes']:.0f} B"))
-        scaling = r.get("k_scaling")
+        scaling = ((r.get("queue_record") or {}).get("ecn") or [None])[0]
         if scaling:
             rows.append((f"{name}: K", f"{scaling['value']} B ({scaling['anchor']}; decided "
                                        f"by {scaling['decided_by']})"))

@@ -17,75 +17,39 @@ time; a sample of the RoCE packets; whether the emulator kept up.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Literal
-
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from testbed.experiments.roce_dctcp.checks import dctcp_checks, dctcp_rows
-from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
-from testbed.harness.roce_flows import RoceSettings, bottleneck_result, measure_bottleneck
-from testbed.harness.roce_setups import (
-    ack_timeout_s,
-    bench_fabric,
-    roce_bench,
-    roce_frame_bytes,
-)
-from testbed.harness.scenario import Problem
-from testbed.plan.port_queue import Handles, default_buffer_bytes
+from testbed.harness.experiment import Setup
+from testbed.harness.roce_experiment import BottleneckExperiment, BottleneckParams, SenderCounts
+from testbed.harness.roce_setups import bench_fabric
+from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.scaling import dctcp_step
 
-MAX_RATE_MBIT = 100.0
-MAX_SECONDS = 600
-SAMPLE_S = 0.010
-ROCE_TIMEOUT_S = 60.0
 
-
-class RoceDctcpParams(Params):
+class RoceDctcpParams(BottleneckParams):
     """Sender counts (each a setup), how long the flows run and the part left out at their
-    start, and the RoCE flows' shape."""
+    start."""
 
-    senders: list[Annotated[int, Field(ge=1, le=8)]] = Field(
-        [2, 4], min_length=1, description="QPs into the bottleneck, e.g. 2,4")
-    seconds: int = Field(20, ge=3, le=MAX_SECONDS, description="seconds the flows run")
-    settle_s: float = Field(3.0, ge=0, le=MAX_SECONDS, description="seconds left out first")
-    message_bytes: int = Field(1 << 20, ge=4096, le=64 << 20)
-    roce_mtu_bytes: Literal[1024, 2048, 4096] = 1024
-    capture: bool = Field(True, description="keep a sample of RoCE packets per setup")
-
-    @field_validator("senders")
-    @classmethod
-    def _once_each(cls, value: list[int]) -> list[int]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"lists a count twice: {value}")
-        return value
+    senders: SenderCounts = Field([2, 4], min_length=1,
+                                  description="QPs into the bottleneck, e.g. 2,4")
 
 
 def setup_name(senders: int) -> str:
     return f"n{senders}-dctcp"
 
 
-class RoceDctcp(Experiment):
+class RoceDctcp(BottleneckExperiment):
     name = "roce-dctcp"
     title = "DCTCP-style window on RoCE"
     Params = RoceDctcpParams
     reproduces = ("DCTCP (Alizadeh et al., SIGCOMM 2010; RFC 8257): marking at K and the "
                   "alpha-scaled window cut hold the queue near K at full utilisation")
-    default_rate_mbit = 20.0
-    default_mtu_bytes = 1500  # DCTCP counts K in packets of a standard Ethernet MTU
-    sections = frozenset()
+    bandwidth_bound = False  # a short port is what this run would show, not a fault
 
-    def problems(self) -> list[Problem]:
-        p = self.params
-        problems = []
-        if self.rate_mbit > MAX_RATE_MBIT:
-            problems.append(Problem(("link_rate_mbit",), f"roce-dctcp runs at most "
-                                    f"{MAX_RATE_MBIT:g} Mbit/s, got {self.rate_mbit:g}"))
-        if p.settle_s >= p.seconds - 1:
-            problems.append(Problem(("params", "settle_s"), f"must leave at least a second of "
-                                    f"the {p.seconds} s to judge, got {p.settle_s:g}"))
-        return problems
+    def cc_of(self, setup: Setup) -> str:
+        return "dctcp"
 
     def queue(self) -> tuple[QueueConfig, dict]:
         """The bottleneck's byte buffer (50 ms at the link rate) marking above K."""
@@ -108,38 +72,8 @@ class RoceDctcp(Experiment):
         return (f"{self.title}: {', '.join(map(str, p.senders))} QPs -> 1 receiver at "
                 f"{self.rate_mbit:g} Mbit/s, K {queue.ecn.k_bytes} B, for {p.seconds} s")
 
-    def measure(self, run: SetupRun) -> dict:
-        p = self.params
-        bench = roce_bench(run.net.fabric)
-        queue = run.setup.queue
-        settings = RoceSettings(message_bytes=p.message_bytes, mtu_bytes=p.roce_mtu_bytes,
-                                cc="dctcp", duration_s=float(p.seconds),
-                                ack_timeout_s=ack_timeout_s(queue.buffer_bytes, self.rate_mbit),
-                                timeout_s=ROCE_TIMEOUT_S, seed=self.scenario.seed)
-        run.log(f"{run.setup.name}: {len(bench.senders)} RoCE QPs (DCTCP-style) into "
-                f"{bench.receiver} for {p.seconds} s; K = {queue.ecn.k_bytes} B")
-        measured = measure_bottleneck(run, bench, settings, Handles.BUFFER, SAMPLE_S, p.capture)
-        result = bottleneck_result(measured, bench, settings, p.settle_s,
-                                   roce_frame_bytes(p.roce_mtu_bytes), SAMPLE_S,
-                                   # short of the rate is what this run would show, not a fault
-                                   bandwidth_bound=False, setup=run.setup.name)
-        result.update(k_bytes=queue.ecn.k_bytes, buffer_bytes=queue.buffer_bytes,
-                      rate_mbit=self.rate_mbit,
-                      k_scaling=(run.setup.queue_record or {}).get("ecn", [None])[0])
-        run.log(f"{run.setup.name}: median queue {result['queue']['median_bytes']} B against "
-                f"K {queue.ecn.k_bytes}, utilisation {(result['utilisation'] or 0):.1%}")
-        return result
-
     def checks(self, results):
         return dctcp_checks(results)
 
     def rows(self, results):
         return dctcp_rows(results)
-
-    def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.harness.roce_plots import plot_setup_series
-
-        return [path for name, r in results.items() if "queue" in r
-                for path in plot_setup_series(name, r, {"K": r["k_bytes"],
-                                                        "buffer": r["buffer_bytes"]},
-                                              title, folder)]

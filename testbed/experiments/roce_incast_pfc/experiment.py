@@ -23,84 +23,60 @@ are the kernel's softRoCE driven by perftest (testbed.traffic.roce.rxe).
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from testbed.experiments.roce_incast_pfc.checks import PFC, PFC_DCQCN, incast_checks, incast_rows
-from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
-from testbed.harness.roce_flows import RoceSettings, bottleneck_result, measure_bottleneck
+from testbed.harness.experiment import Setup
+from testbed.harness.roce_experiment import (
+    BottleneckExperiment,
+    BottleneckParams,
+    Distinct,
+    TransportParams,
+)
 from testbed.harness.roce_setups import (
-    LOSSLESS_QUEUE,
-    ack_timeout_s,
     bench_fabric,
     dcqcn_red_bytes,
     lossless_queue,
-    roce_bench,
-    roce_frame_bytes,
     transport_problems,
 )
-from testbed.harness.scenario import Problem
 from testbed.plan.profiles import U32_MAX
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S
 
-MAX_RATE_MBIT = 100.0
-MAX_SENDERS = 15
-MAX_SECONDS = 600
-SAMPLE_S = 0.010
-ROCE_TIMEOUT_S = 60.0
 CC_OF = {PFC: "none", PFC_DCQCN: "dcqcn"}
 
 
-class RoceIncastPfcParams(Params):
+class RoceIncastPfcParams(BottleneckParams, TransportParams):
     """The incast's fan-in, how long it runs and the part left out at its start, the
-    port's buffer per class, the RoCE flows' shape, and the setups to run."""
+    port's buffer per class, the setups to run and the RoCE implementation."""
 
-    senders: int = Field(6, ge=2, le=MAX_SENDERS, description="QPs sending at once")
-    seconds: int = Field(20, ge=3, le=MAX_SECONDS, description="seconds the incast runs")
-    settle_s: float = Field(5.0, ge=0, le=MAX_SECONDS, description="seconds left out first")
+    senders: int = Field(6, ge=2, le=15, description="QPs sending at once")
+    seconds: int = Field(20, ge=3, le=600, description="seconds the incast runs")
+    settle_s: float = Field(5.0, ge=0, le=600, description="seconds left out first")
     buffer_bytes: int = Field(1_500_000, ge=1, le=U32_MAX, description="every port's buffer "
                               "per class (holds PFC's headroom for every feeding port)")
-    message_bytes: int = Field(1 << 20, ge=4096, le=64 << 20)
-    roce_mtu_bytes: Literal[1024, 2048, 4096] = 1024
-    conditions: list[Literal["pfc", "pfc+dcqcn"]] = Field(
+    conditions: Annotated[list[Literal["pfc", "pfc+dcqcn"]], Distinct] = Field(
         default_factory=lambda: [PFC, PFC_DCQCN], min_length=1, description="setups to run")
     pfc_reaction_time_s: float = Field(DEFAULT_PFC_REACTION_TIME_S, ge=0, le=1,
                                        allow_inf_nan=False)
-    capture: bool = Field(True, description="keep a sample of RoCE packets per setup")
-    transport: Literal["engine", "rxe"] = Field("engine", description="the user-space RoCEv2 "
-                                                "engine, or the kernel's softRoCE (rxe; pfc "
-                                                "only: rxe has no DCQCN)")
-
-    @field_validator("conditions")
-    @classmethod
-    def _distinct(cls, values: list[str]) -> list[str]:
-        if len(set(values)) != len(values):
-            raise ValueError(f"lists a setup twice: {values}")
-        return values
 
 
-class RoceIncastPfc(Experiment):
+class RoceIncastPfc(BottleneckExperiment):
     name = "roce-incast-pfc"
     title = "RoCE incast on the lossless class"
     Params = RoceIncastPfcParams
     reproduces = ("PFC keeps a RoCE incast lossless (IEEE 802.1Qbb); DCQCN's marks cut the "
                   "pauses it needs (Zhu et al., SIGCOMM 2015)")
-    default_rate_mbit = 20.0
-    default_mtu_bytes = 1500
-    sections = frozenset()
 
-    def problems(self) -> list[Problem]:
+    def cc_of(self, setup: Setup) -> str:
+        return CC_OF[setup.name]
+
+    def problems(self):
+        from testbed.harness.scenario import Problem
+
         p = self.params
-        problems = []
-        if self.rate_mbit > MAX_RATE_MBIT:
-            problems.append(Problem(("link_rate_mbit",), f"roce-incast-pfc runs at most "
-                                    f"{MAX_RATE_MBIT:g} Mbit/s, got {self.rate_mbit:g}"))
-        if p.settle_s >= p.seconds - 1:
-            problems.append(Problem(("params", "settle_s"), f"must leave at least a second of "
-                                    f"the {p.seconds} s to judge, got {p.settle_s:g}"))
-        problems += transport_problems(p.transport, self.platform)
+        problems = super().problems() + transport_problems(p.transport, self.platform)
         if p.transport == "rxe" and PFC_DCQCN in p.conditions:
             problems.append(Problem(("params", "conditions"), "pfc+dcqcn needs the engine's "
                                     "DCQCN; the rxe path runs pfc only"))
@@ -127,50 +103,8 @@ class RoceIncastPfc(Experiment):
         return (f"{self.title}: {p.senders}:1 at {self.rate_mbit:g} Mbit/s for {p.seconds} s; "
                 f"{', '.join(p.conditions)}")
 
-    def measure(self, run: SetupRun) -> dict:
-        p = self.params
-        bench = roce_bench(run.net.fabric)
-        settings = RoceSettings(message_bytes=p.message_bytes, mtu_bytes=p.roce_mtu_bytes,
-                                cc=CC_OF[run.setup.name], link_rate_mbit=self.rate_mbit,
-                                duration_s=float(p.seconds),
-                                ack_timeout_s=ack_timeout_s(p.buffer_bytes, self.rate_mbit),
-                                timeout_s=ROCE_TIMEOUT_S, seed=self.scenario.seed,
-                                transport=p.transport)
-        run.log(f"{run.setup.name}: {p.senders}:1 RoCE incast into {bench.receiver} "
-                f"(cc {settings.cc}) for {p.seconds} s")
-        measured = measure_bottleneck(run, bench, settings, LOSSLESS_QUEUE, SAMPLE_S, p.capture)
-        result = bottleneck_result(measured, bench, settings, p.settle_s,
-                                   roce_frame_bytes(p.roce_mtu_bytes), SAMPLE_S,
-                                   bandwidth_bound=True, setup=run.setup.name)
-        queue = run.setup.queue
-        result.update(condition=run.setup.name, rate_mbit=self.rate_mbit,
-                      xoff_bytes=queue.pfc.xoff_bytes,
-                      kmin_bytes=queue.ecn.kmin_bytes if queue.ecn else None,
-                      kmax_bytes=queue.ecn.kmax_bytes if queue.ecn else None)
-        pfc = result["pfc"]
-        run.log(f"{run.setup.name}: {pfc['lossless_drops']} lossless drops, "
-                f"{pfc['pause_frames_sent']} pause frames, {pfc['paused_s']:.2f} port-s paused")
-        return result
-
     def checks(self, results):
         return incast_checks(results)
 
-    def trust(self, results):
-        from testbed.measure.pauses import agent_alive_checks
-
-        return agent_alive_checks(results)
-
     def rows(self, results):
         return incast_rows(results)
-
-    def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.harness.roce_plots import plot_setup_series
-
-        paths = []
-        for name, r in results.items():
-            if "queue" not in r:
-                continue
-            marks = {"Kmin": r["kmin_bytes"], "Kmax": r["kmax_bytes"]} if r["kmin_bytes"] else {}
-            paths += plot_setup_series(name, r, {**marks, "XOFF": r["xoff_bytes"]}, title,
-                                       folder)
-        return paths

@@ -35,15 +35,15 @@ import json
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, field_validator
 
 from testbed.experiments.roce_loss.checks import loss_checks, loss_rows
-from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
+from testbed.harness.experiment import Experiment, Setup, SetupRun
+from testbed.harness.roce_experiment import RoceParams, TransportParams, roce_problems
 from testbed.harness.roce_flows import RoceCapture, RoceSettings, run_roce_flows, settings_record
 from testbed.harness.roce_setups import (
-    ROCE_HEADERS_BYTES,
     ack_timeout_s,
     bench_fabric,
     roce_bench,
@@ -53,13 +53,13 @@ from testbed.harness.roce_setups import (
 from testbed.harness.scenario import Problem
 from testbed.plan.port_queue import default_buffer_bytes
 
-MAX_RATE_MBIT = 200.0  # one userspace switch forwards this at MTU 9000 with room to spare
+MAX_RATE_MBIT = 200.0  # one userspace switch forwards this at MTU 1500 with room to spare
 MAX_SECONDS = 600
 ROCE_TIMEOUT_S = 60.0
 SERIES_FILE = "roce-loss.json"
 
 
-class RoceLossParams(Params):
+class RoceLossParams(RoceParams, TransportParams):
     """Loss rates (each a setup of its own; the first must be 0, the reference), how long
     each flow runs, and the RoCE flow's shape."""
 
@@ -68,14 +68,9 @@ class RoceLossParams(Params):
                                                         "increasing from 0")
     seconds: int = Field(10, ge=2, le=MAX_SECONDS, description="seconds each flow runs")
     omit_s: int = Field(2, ge=0, le=60, description="TCP start-up seconds left out")
-    message_bytes: int = Field(1 << 20, ge=4096, le=64 << 20, description="RDMA WRITE size")
-    roce_mtu_bytes: Literal[1024, 2048, 4096] = Field(1024, description="RoCE path MTU")
     max_outstanding: int = Field(64, ge=1, le=4096, description="RoCE packets in flight "
                                  "(the send window)")
     capture: bool = Field(True, description="keep a sample of RoCE packets (first setup)")
-    transport: Literal["engine", "rxe"] = Field("engine", description="the user-space RoCEv2 "
-                                                "engine, or the kernel's softRoCE (rxe) "
-                                                "driven by perftest where the kernel has it")
 
     @field_validator("loss_percents")
     @classmethod
@@ -101,15 +96,7 @@ class RoceLoss(Experiment):
     sections = frozenset()  # every setup is the same two-host fabric with its own loss
 
     def problems(self) -> list[Problem]:
-        problems = []
-        if self.rate_mbit > MAX_RATE_MBIT:
-            problems.append(Problem(("link_rate_mbit",), f"roce-loss runs at most "
-                                    f"{MAX_RATE_MBIT:g} Mbit/s, got {self.rate_mbit:g}"))
-        packet = self.params.roce_mtu_bytes + ROCE_HEADERS_BYTES
-        if packet > self.mtu_bytes:
-            problems.append(Problem(("params", "roce_mtu_bytes"), f"{self.params.roce_mtu_bytes}"
-                                    f"-byte RoCE payloads need an MTU of {packet}, the fabric "
-                                    f"has {self.mtu_bytes}"))
+        problems = roce_problems(self, MAX_RATE_MBIT)
         window = self.params.max_outstanding * roce_frame_bytes(self.params.roce_mtu_bytes)
         buffer = default_buffer_bytes(self.rate_mbit, self.mtu_bytes)
         if window > buffer:

@@ -83,14 +83,9 @@ class _Waiter:
 
 
 @dataclass
-class _PendingSend:
-    region: MemoryRegion
-    length: int
-    waiter: _Waiter
+class _Pending:
+    """A message this rank sends or receives: its registered buffer, length and caller."""
 
-
-@dataclass
-class _PendingRecv:
     region: MemoryRegion
     length: int
     waiter: _Waiter
@@ -103,8 +98,8 @@ class _Link:
         self.qp = qp
         self.control = control
         self.cts: deque[tuple[int, int, int]] = deque()   # (address, R_Key, length) received
-        self.sends: deque[_PendingSend] = deque()          # waiting for their CTS
-        self.recvs: deque[_PendingRecv] = deque()          # waiting for their FIN
+        self.sends: deque[_Pending] = deque()          # waiting for their CTS
+        self.recvs: deque[_Pending] = deque()          # waiting for their FIN
 
 
 class RoceTransport(Transport):
@@ -335,7 +330,7 @@ class RoceTransport(Transport):
 
         def command() -> None:
             region, length = self._region(data, writable=False)
-            link.sends.append(_PendingSend(region, length, waiter))
+            link.sends.append(_Pending(region, length, waiter))
             self._start_writes(link)
 
         self._submit(command)
@@ -352,7 +347,7 @@ class RoceTransport(Transport):
 
         def command() -> None:
             region, length = self._region(out, writable=True)
-            link.recvs.append(_PendingRecv(region, length, waiter))
+            link.recvs.append(_Pending(region, length, waiter))
             self._post_control(link, CTS, region.rkey, region.addr, length)
 
         self._submit(command)
@@ -362,17 +357,27 @@ class RoceTransport(Transport):
         if waiter is not None:
             waiter.wait(self.io_timeout_s, f"rank {self.rank}: {what}")
 
-    def send(self, peer: int, data) -> None:
-        self._wait(self.post_send(peer, data), f"send to rank {peer}")
+    def send_on(self, channel: int, peer: int, data) -> None:
+        self._wait(self.post_send(peer, data, channel), f"send to rank {peer}")
 
-    def recv(self, peer: int, out) -> None:
-        self._wait(self.post_recv(peer, out), f"receive from rank {peer}")
+    def recv_on(self, channel: int, peer: int, out) -> None:
+        self._wait(self.post_recv(peer, out, channel), f"receive from rank {peer}")
 
-    def sendrecv(self, send_peer: int, data, recv_peer: int, out) -> None:
-        receiving = self.post_recv(recv_peer, out)
-        sending = self.post_send(send_peer, data)
+    def sendrecv_on(self, channel: int, send_peer: int, data, recv_peer: int, out) -> None:
+        """Both directions at once: the receive's clear-to-send leaves first."""
+        receiving = self.post_recv(recv_peer, out, channel)
+        sending = self.post_send(send_peer, data, channel)
         self._wait(sending, f"send to rank {send_peer}")
         self._wait(receiving, f"receive from rank {recv_peer}")
+
+    def send(self, peer: int, data) -> None:
+        self.send_on(0, peer, data)
+
+    def recv(self, peer: int, out) -> None:
+        self.recv_on(0, peer, out)
+
+    def sendrecv(self, send_peer: int, data, recv_peer: int, out) -> None:
+        self.sendrecv_on(0, send_peer, data, recv_peer, out)
 
     def channel(self, index: int) -> Transport:
         if not 0 <= index < self.channels:
@@ -402,17 +407,13 @@ class RoceChannel(Transport):
         self.rank, self.world = base.rank, base.world
 
     def send(self, peer: int, data) -> None:
-        self.base._wait(self.base.post_send(peer, data, self.index), f"send to rank {peer}")
+        self.base.send_on(self.index, peer, data)
 
     def recv(self, peer: int, out) -> None:
-        self.base._wait(self.base.post_recv(peer, out, self.index),
-                        f"receive from rank {peer}")
+        self.base.recv_on(self.index, peer, out)
 
     def sendrecv(self, send_peer: int, data, recv_peer: int, out) -> None:
-        receiving = self.base.post_recv(recv_peer, out, self.index)
-        sending = self.base.post_send(send_peer, data, self.index)
-        self.base._wait(sending, f"send to rank {send_peer}")
-        self.base._wait(receiving, f"receive from rank {recv_peer}")
+        self.base.sendrecv_on(self.index, send_peer, data, recv_peer, out)
 
     def barrier(self) -> None:
         self.base.barrier()

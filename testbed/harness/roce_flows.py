@@ -302,6 +302,7 @@ def settings_record(settings: RoceSettings) -> dict:
 
 QDISC, MARKER = "qdisc", "marker"  # the sampled series: the real backlog, the marker's model
 QUEUE_FILE = "queue.json"
+PFC_SETTLE_S = 0.5  # the pause agent writes its counters every 0.2 s
 CC_FILE = "cc-series.json"
 
 
@@ -360,6 +361,7 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
         marks = counter_delta(marks_before, marking.counters()).get(intf, {}).get("marks")
     pfc = None
     if net.pfc is not None:
+        time.sleep(PFC_SETTLE_S)
         deltas = counter_deltas(pfc_before, net.pfc.counters().get("interfaces", {}))
         summary = net.pfc_summary()
         pfc = {"pause_frames_sent": int(sum(d["xoff_sent"] + d["xon_sent"]

@@ -46,7 +46,6 @@ class RoceDctcp(BottleneckExperiment):
     Params = RoceDctcpParams
     reproduces = ("DCTCP (Alizadeh et al., SIGCOMM 2010; RFC 8257): marking at K and the "
                   "alpha-scaled window cut hold the queue near K at full utilisation")
-    bandwidth_bound = False  # a short port is what this run would show, not a fault
 
     def cc_of(self, setup: Setup) -> str:
         return "dctcp"

@@ -103,9 +103,12 @@ def send_argv(bind_ip: str, peer_ip: str, settings: RoceSettings, seed: int,
 
 def serve_argv(bind_ip: str, connections: int, settings: RoceSettings,
                python: str = sys.executable) -> list[str]:
-    """A server's command line: ``connections`` senders on one engine."""
+    """A server's command line: ``connections`` senders on one engine. It gives up after
+    ``--timeout-s`` without news on its side channels, and its senders report only at the
+    end: so it waits their whole run beyond the timeout."""
+    idle_s = settings.timeout_s + (settings.duration_s or 0.0)
     argv = [python, "-m", HOST_MODULE, "serve", "--bind", bind_ip, "--connections",
-            str(connections), "--timeout-s", f"{settings.timeout_s:g}"]
+            str(connections), "--timeout-s", f"{idle_s:g}"]
     if settings.ack_timeout_s is not None:
         argv += ["--ack-timeout-s", f"{settings.ack_timeout_s:g}"]
     return argv

@@ -83,7 +83,7 @@ def test_the_sender_and_server_command_lines():
         "--cc-param", "g=0.5"]
     assert serve_argv("10.0.0.4", 3, settings, python="py") == [
         "py", "-m", "testbed.traffic.roce.host", "serve", "--bind", "10.0.0.4",
-        "--connections", "3", "--timeout-s", "60", "--ack-timeout-s", "1.6"]
+        "--connections", "3", "--timeout-s", "70", "--ack-timeout-s", "1.6"]  # 60 + the 10 s run
     counted = RoceSettings(count=5)
     assert send_argv("a", "b", counted, 1, python="py")[-2:] == ["--count", "5"]
     rxe = RoceSettings(duration_s=10.0, transport="rxe")

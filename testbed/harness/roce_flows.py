@@ -387,7 +387,8 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
                       setup: str) -> dict:
     """A BottleneckRun as a setup's results: judged from ``settle_s`` after the flows start
     to their end, the real queue's statistics (and the marker model's, with their
-    divergence), each flow's goodput and their Jain index, the bottleneck's utilisation,
+    divergence), each flow's goodput (over its whole run) and each sender's rate over the
+    window (its link's counters) with their Jain index, the bottleneck's utilisation,
     marks, pauses, the packet sample and the fidelity verdict."""
     from testbed.measure.backlog import backlog_divergence
     from testbed.measure.roce import sampled_fraction, scaling_rows, window_queue
@@ -406,6 +407,11 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
                                         [b.marker_bytes[i] for i in inside], frame_bytes)
     sampler_window = watch.window_s(*judged)
     goodputs = roce.goodputs_mbit()
+    # Each sender runs one flow: its link's counters give the flow's rate over the window.
+    link_mbit = watch.rates_mbit(sampler_window)
+    sender_mbit = [link_mbit.get(f"{s}->{bench.fabric.host_attachment(s)[0]}")
+                   for s in bench.senders]
+    shares = sender_mbit if None not in sender_mbit else goodputs
     result = {
         "senders": len(bench.senders), "cc": settings.cc, "settings": settings_record(settings),
         "bottleneck": bench.bottleneck_intf, "bottleneck_label": bench.bottleneck_label,
@@ -414,7 +420,7 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
         "queue_source": "qdisc backlog (rtnetlink)", "queue": queue, "marker_queue": model,
         "divergence": divergence, "sampler_error": b.sampler_error,
         "flows": roce.summary()["flows"], "goodput_mbit": goodputs,
-        "jain": jain_index(goodputs) if goodputs else None,
+        "sender_mbit": sender_mbit, "jain": jain_index(shares) if shares else None,
         "utilisation": watch.utilisation(sampler_window).get(bench.bottleneck_label),
         "cc_scaling": next((rows for rows in map(scaling_rows, filter(None, roce.senders))
                             if rows), []),

@@ -2,8 +2,9 @@
 
 Per DCQCN setup, over the judged window:
 
-- fairness: the Jain index of the flows' goodputs is at least ``MIN_JAIN`` (the issue's
-  claim: the flows converge to a fair share);
+- fairness: the Jain index of the senders' rates over the window (each sender's link
+  counters; its goodput over the whole run if they are missing) is at least ``MIN_JAIN``
+  (the issue's claim: the flows converge to a fair share);
 - the queue: the median of the real queue (the bottleneck's lossless-class backlog, sampled
   every 10 ms) lies between Kmin and Kmax, within ``QUEUE_TOLERANCE_FRAMES`` full RoCE
   frames either side (a sample may catch a burst arriving or a frame leaving); its p95 is
@@ -49,11 +50,12 @@ def queue_between(name: str, r: dict) -> Check:
 def setup_checks(name: str, r: dict) -> list[Check]:
     checks = [verified_check(r["flows"], name)]
     if r["cc"] == "dcqcn":
-        rates = ", ".join(f"{x:.2f}" for x in r["goodput_mbit"])
+        rates = ", ".join(f"{x:.2f}" for x in (r.get("sender_mbit") or r["goodput_mbit"]))
         checks += [
             at_least("DCQCN flows share fairly", None if r["jain"] is None
                      else round(r["jain"], 4), MIN_JAIN, "Jain index",
-                     f"{r['senders']} DCQCN QPs' goodputs {rates} Mbit/s", name),
+                     f"{r['senders']} DCQCN QPs at {rates} Mbit/s over the judged window",
+                     name),
             queue_between(name, r),
         ]
     else:

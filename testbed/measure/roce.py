@@ -18,7 +18,7 @@ from pathlib import Path
 
 from testbed.errors import TestbedError
 from testbed.measure.stats import percentile
-from testbed.model.verdict import Check, at_least, holds
+from testbed.model.verdict import Check, holds
 
 TSHARK_TIMEOUT_S = 120.0
 TSHARK_FIELDS = ("frame.protocols", "infiniband.bth.opcode", "ip.id")
@@ -156,13 +156,6 @@ def scaling_rows(sender: dict) -> list[dict]:
     return list((sender.get("cc") or {}).get("scaling") or [])
 
 
-def mean_in_window(t_s: Sequence[float], values: Sequence[float | None],
-                   window_s: Sequence[float]) -> float | None:
-    """The mean of the values recorded inside the window (None without any)."""
-    kept = [v for t, v in zip(t_s, values) if window_s[0] <= t <= window_s[1] and v is not None]
-    return sum(kept) / len(kept) if kept else None
-
-
 def goodput_fraction(goodput_mbit: float | None, rate_mbit: float) -> float | None:
     return None if goodput_mbit is None else round(goodput_mbit / rate_mbit, 4)
 
@@ -178,7 +171,3 @@ def verified_check(flows: list[dict], setup: str | None = None) -> Check:
                  f"{verified} of {len(flows)} flows: the SHA-256 of the receiver's memory "
                  "region equals the sender's", setup, measured=verified, expected=len(flows))
 
-
-def fraction_check(name: str, measured: float | None, minimum: float, statement: str,
-                   setup: str | None = None) -> Check:
-    return at_least(name, measured, minimum, "fraction", statement, setup)

@@ -47,7 +47,7 @@ class Paths:
     ecn_marking: str  # "red-qdisc" or "ebpf"
     tcp_congestion: str  # "dctcp", "cubic+ecn", or "reno+ecn" if cubic is missing
     rdma: str  # "rxe" or "userspace-roce"
-    delay_loss: str  # "netem" or "none"
+    delay_loss: str  # "netem", "ebpf-loss" (loss only, testbed/apply/bpf/loss.c) or "none"
     pfc: str  # always "tbf-pause-agent": no kernel has PFC on veths, so it is emulated
     # How packets cross the switches: "kernel" (the kernel datapath, offloads native),
     # "userspace-tso" (the userspace datapath passing segmentation-offloaded packets) or
@@ -311,7 +311,7 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
         ecn_marking=ECN_PATH_RED if has("sch_red") else ECN_PATH_EBPF,
         tcp_congestion=tcp_congestion,
         rdma="rxe" if has("rdma_rxe") else "userspace-roce",
-        delay_loss="netem" if has("sch_netem") else "none",
+        delay_loss="netem" if has("sch_netem") else "ebpf-loss" if has("cls_bpf") else "none",
         pfc=PFC_PATH,
         ovs_offload=offload,
     )
@@ -342,8 +342,21 @@ def ecn_marking_summary(platform: Platform) -> str:
 
 
 # Features whose code exists today; the others show the path they will take once built.
-IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ovs_offload", "ecn_marking", "tcp_congestion", "pfc",
-                                 "delay_loss"})
+IMPLEMENTED_FEATURES = frozenset({"ovs_datapath", "ovs_offload", "ecn_marking",
+                                  "tcp_congestion", "pfc", "delay_loss", "rdma"})
+RDMA_WAYS = {
+    "userspace-roce": "the user-space RoCEv2 engine (testbed.traffic.roce) in every host",
+    "rxe": "the kernel's softRoCE (rdma_rxe) driven by perftest where asked (transport: rxe), "
+           "and the user-space RoCEv2 engine (testbed.traffic.roce) everywhere",
+}
+
+
+def rdma_summary(platform: Platform) -> str:
+    """One line: how RoCE runs here, and why not over rxe when it cannot."""
+    path = platform.paths.rdma
+    rxe = platform.capabilities.get("rdma_rxe")
+    why = "" if path == "rxe" or rxe is None else f"; no rxe: {rxe.detail}"
+    return f"RDMA here: {path}, by {RDMA_WAYS[path]}{why}"
 
 
 def capability_rows(platform: Platform) -> list[tuple[str, str, str]]:
@@ -367,7 +380,7 @@ def format_report(platform: Platform) -> str:
     return "\n\n".join([f"kernel {platform.kernel_release}",
                         table_text(capability_rows(platform), ("capability", "avail", "detail")),
                         table_text(path_rows(platform), ("feature", "path")),
-                        ecn_marking_summary(platform)])
+                        rdma_summary(platform), ecn_marking_summary(platform)])
 
 
 # --- thin layer: read the machine -------------------------------------------------------------

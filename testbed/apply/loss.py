@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from testbed.apply.marking import _run, build_object, read_ifindex
+from testbed.apply.marking import build_object, read_ifindex, run_tool
 from testbed.apply.state import Ledger, remove_pins
 from testbed.plan.bpf_maps import dump_command, parse_dump, pin_path
 from testbed.plan.ecn_plan import batch_input
@@ -47,9 +47,9 @@ class LinkLoss:
             self.ifindexes[cut.intf] = read_ifindex(cut.intf)
         for cut, loss in self.cuts:
             bpftool += config_commands(self.ifindexes[cut.intf], loss)
-        _run(["tc", "-batch", "-"], batch_input(tc, "tc"),
+        run_tool(["tc", "-batch", "-"], batch_input(tc, "tc"),
              "tc could not attach the loss program")
-        _run(["bpftool", "batch", "file", "-"], batch_input(bpftool, "bpftool"),
+        run_tool(["bpftool", "batch", "file", "-"], batch_input(bpftool, "bpftool"),
              "bpftool could not configure the loss program")
         self.log(f"loss on {len(self.cuts)} link directions by the eBPF loss program")
 
@@ -57,7 +57,7 @@ class LinkLoss:
         """Per interface: packets the loss applied to and packets dropped."""
         if not self.cuts:
             return {}
-        raw = parse_dump(COUNTERS_LAYOUT, _run(dump_command("loss_counters"),
+        raw = parse_dump(COUNTERS_LAYOUT, run_tool(dump_command("loss_counters"),
                                                what="bpftool could not read loss_counters"))
         return {intf: raw.get(index, {"matched": 0, "dropped": 0})
                 for intf, index in self.ifindexes.items()}

@@ -33,13 +33,14 @@ import math
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.apply import ovs
 from testbed.apply.controller import ControllerProcess
+from testbed.apply.loss import LinkLoss
 from testbed.apply.marking import EcnMarking, machine_ecn_path, read_ifindex, run_tool
 from testbed.apply.pfc_runtime import PauseAgentProcess, pfc_totals
 from testbed.apply.state import (
@@ -53,6 +54,7 @@ from testbed.apply.state import (
 from testbed.errors import TestbedError
 from testbed.measure import counters
 from testbed.model.topology.base import Fabric, Link
+from testbed.plan.loss_plan import Cut, Loss
 from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size buffers with it
     Impairment,
     default_buffer_bytes,  # noqa: F401
@@ -215,12 +217,14 @@ class FabricNetwork:
                  routing: str = "ecmp", log=print, queue: QueueConfig | None = None,
                  ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None,
                  impairments: Mapping[str, Impairment] | None = None,
-                 userspace_tso: bool = False):
+                 losses: Sequence[tuple[Cut, Loss]] = (), userspace_tso: bool = False):
         """``queue``: the queue every shaped switch port gets (buffer or class queues, ECN
         marking) on ``ecn_path`` (as decided by the caller; None: this machine's choice,
         decided here once); ``host_sysctls``: set in every host; ``impairments``: interface
         -> Impairment (``testbed.plan.port_queue.link_impairments``), switch and host ends
-        alike; ``userspace_tso``: the userspace datapath passes segmentation-offloaded packets
+        alike; ``losses``: link directions lost by the eBPF loss program instead of netem
+        (``testbed.plan.loss_plan``: where each is cut, and how it loses); ``userspace_tso``:
+        the userspace datapath passes segmentation-offloaded packets
         (testbed.apply.ovs.PrivateSwitchd), so every veth end keeps its checksum and
         segmentation offloads instead of turning them off."""
         self.fabric = fabric
@@ -242,6 +246,7 @@ class FabricNetwork:
         self.ecn_path = None if queue is None else ecn_path or machine_ecn_path()
         self.marking = (EcnMarking(fabric, queue, ledger, self.ecn_path, log=log)
                         if queue is not None else None)
+        self.loss = LinkLoss(losses, ledger, log=log) if losses else None
         self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
                                       log=log)
                     if queue is not None and queue.pfc is not None else None)
@@ -281,6 +286,8 @@ class FabricNetwork:
                 if not self.offloads_on:
                     self._disable_switch_offloads()
                 self._queue_switch_ports()
+                if self.loss is not None:
+                    self.loss.apply()  # after the queues: its filter goes before the marker's
                 if self.pfc is not None:
                     self.pfc.start({name: host.pid for name, host in self.hosts.items()})
                 self.timings.build_s = time.monotonic() - t0
@@ -525,8 +532,26 @@ class FabricNetwork:
         """Packets received and sent by all switch ports, dropped by their egress queues and
         by impairments: the inputs of the packet-conservation check
         (testbed.measure.fidelity.emulator_losses; ``counters.switch_totals``)."""
-        return counters.switch_totals(counters.read_interface_counters(self.root_interfaces()),
-                                      counters.read_qdiscs())
+        totals = counters.switch_totals(counters.read_interface_counters(self.root_interfaces()),
+                                        counters.read_qdiscs())
+        totals["impairment_drops"] += self.loss_counters()["dropped"]
+        return totals
+
+    def lose(self, losses: Sequence[tuple[Cut, Loss]]) -> None:
+        """Start losing packets on a running fabric: ``losses`` as for the constructor, by
+        the eBPF loss program; once per fabric (its counters then count from here)."""
+        if self.loss is not None:
+            raise TestbedError("this fabric already loses packets by the eBPF loss program")
+        self.loss = LinkLoss(losses, self.ledger, log=self.log)
+        self.loss.apply()
+
+    def loss_counters(self) -> dict:
+        """What the eBPF loss program did so far: packets it applied to and dropped, in
+        total and per interface (zeros without it)."""
+        from testbed.plan.loss_plan import loss_counters_total
+
+        per_intf = self.loss.counters() if self.loss is not None else {}
+        return {**loss_counters_total(per_intf), "interfaces": per_intf}
 
     # -- tear-down --------------------------------------------------------------------------
     def stop(self) -> None:
@@ -552,6 +577,8 @@ class FabricNetwork:
         self.switchd.stop()
         if self.marking is not None:
             self.marking.remove()
+        if self.loss is not None:
+            self.loss.remove()
         self._delete_root_interfaces()
         if self.controller is not None:
             self.controller.stop()

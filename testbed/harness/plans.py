@@ -3,7 +3,7 @@ the hosts' TCP, and the checks of names and kernel features those sections need.
 reading the machine's capabilities (given as a testbed.capabilities.Platform)."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, dataclass, field, replace
 
 from testbed.errors import ConfigError, TestbedError
 from testbed.harness.scenario import (
@@ -94,13 +94,90 @@ def common_problems(scenario: Scenario, cls, platform) -> list[Problem]:
     problem = routing_problem(family, scenario.routing)
     if problem:
         problems.append(Problem(("routing",), problem))
-    netem = platform.capabilities.get("sch_netem")
-    for i, impairment in enumerate(scenario.impairments):
-        if netem is None or not netem.available:
-            detail = netem.detail if netem is not None else "not detected"
-            problems.append(Problem(("impairments", i), f"delay and loss need the netem qdisc, "
-                                    f"which this kernel lacks ({detail})"))
+    problems += impairment_problems(scenario.impairments, platform)
     return problems
+
+
+# --- impairments: netem where the kernel has it, else loss by the eBPF program ---------------
+
+IMPAIRMENT_NETEM = "netem"  # delay, jitter and loss by a netem qdisc at each impaired end
+IMPAIRMENT_EBPF_LOSS = "ebpf-loss"  # loss only, by testbed/apply/bpf/loss.c per direction
+LOSS_PROGRAM_NEEDS = ("cls_bpf", "tc", "clang", "bpftool")
+
+
+def impairment_path(platform) -> str:
+    """How impairments are made here: netem where the kernel has it, else the eBPF loss
+    program (which can lose packets but not delay them)."""
+    netem = platform.capabilities.get("sch_netem")
+    return IMPAIRMENT_NETEM if netem is not None and netem.available else IMPAIRMENT_EBPF_LOSS
+
+
+def impairment_problems(specs, platform) -> list[Problem]:
+    """Impairments this machine cannot make: without netem, a delay (or jitter) is refused,
+    and loss needs what the eBPF loss program needs."""
+    from testbed.capabilities import missing_capabilities
+
+    if impairment_path(platform) == IMPAIRMENT_NETEM:
+        return []
+    netem = platform.capabilities.get("sch_netem")
+    detail = netem.detail if netem is not None else "not detected"
+    lacking = missing_capabilities(platform.capabilities, LOSS_PROGRAM_NEEDS)
+    problems = []
+    for i, spec in enumerate(specs):
+        if spec.delay_ms or spec.jitter_ms:
+            problems.append(Problem(("impairments", i), f"delay needs the netem qdisc, which "
+                                    f"this kernel lacks ({detail}); loss_percent alone runs on "
+                                    "the eBPF loss program"))
+        elif lacking:
+            problems.append(Problem(("impairments", i), "loss without netem needs the eBPF "
+                                    "loss program, which cannot run here: "
+                                    + "; ".join(cap.detail for cap in lacking)))
+    return problems
+
+
+@dataclass(frozen=True)
+class ImpairmentPlan:
+    """A setup's impairments on ``path``: netem per interface (``netem``, the form
+    testbed.apply.network.FabricNetwork's ``impairments`` takes), or, on the eBPF path, each
+    lossy link direction's cut and its loss (``losses``, FabricNetwork's ``losses``)."""
+
+    path: str | None
+    netem: dict = field(default_factory=dict)
+    losses: list = field(default_factory=list)
+    links: list = field(default_factory=list)
+
+    def record(self) -> dict:
+        """The plan as plain data for a setup's results."""
+        return {"path": self.path, "links": self.links,
+                "cuts": [{**asdict(cut), "loss_percent": loss.fraction * 100}
+                         for cut, loss in self.losses]}
+
+
+def impairment_plan(specs, fabric: Fabric, platform) -> ImpairmentPlan:
+    """The scenario's impairments (ImpairmentSpec entries) on ``fabric`` by this machine's
+    path: netem at both ends of each impaired link (the later entry wins where they
+    overlap), or both directions of each lossy link cut by the eBPF loss program (the later
+    entry wins per direction)."""
+    from testbed.plan.loss_plan import Loss, every_link_cuts, link_cuts
+    from testbed.plan.port_queue import ALL_LINKS, Impairment, link_impairments
+
+    if not specs:
+        return ImpairmentPlan(None)
+    links = [spec.model_dump() for spec in specs]
+    path = impairment_path(platform)
+    if path == IMPAIRMENT_NETEM:
+        return ImpairmentPlan(path, link_impairments(fabric, [
+            (spec.link, Impairment(spec.delay_ms, spec.jitter_ms, spec.loss_percent))
+            for spec in specs]), links=links)
+    by_direction: dict[tuple[str, str], tuple] = {}
+    for spec in specs:
+        if spec.delay_ms or spec.jitter_ms:
+            raise ConfigError("impairments", "delay needs netem, which this kernel lacks")
+        cuts = (every_link_cuts(fabric) if spec.link == ALL_LINKS
+                else link_cuts(fabric, *spec.link))
+        for cut in cuts:
+            by_direction[(cut.src, cut.dst)] = (cut, Loss(spec.loss_percent / 100))
+    return ImpairmentPlan(path, losses=list(by_direction.values()), links=links)
 
 
 def target_problems(scenario: Scenario, setups) -> list[Problem]:

@@ -12,6 +12,10 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "dctcp": "testbed.experiments.dctcp.experiment:Dctcp",
     "incast": "testbed.experiments.incast.experiment:Incast",
     "pfc-demo": "testbed.experiments.pfc.experiment:PfcDemo",
+    "roce-loss": "testbed.experiments.roce_loss.experiment:RoceLoss",
+    "roce-dcqcn": "testbed.experiments.roce_dcqcn.experiment:RoceDcqcn",
+    "roce-incast-pfc": "testbed.experiments.roce_incast_pfc.experiment:RoceIncastPfc",
+    "roce-dctcp": "testbed.experiments.roce_dctcp.experiment:RoceDctcp",
 }
 
 

@@ -205,6 +205,7 @@ class LiveSetup:
     net: object  # testbed.apply.network.FabricNetwork
     bring_up: dict
     ecn: object = None  # testbed.plan.settings.EcnSettings
+    impairments: object = None  # testbed.harness.plans.ImpairmentPlan
 
 
 @contextmanager
@@ -214,7 +215,7 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
     and ledger (``machine``) are the caller's."""
     from testbed.apply.controller import write_anycast
     from testbed.apply.network import FabricNetwork
-    from testbed.plan.port_queue import Impairment, link_impairments
+    from testbed.harness.plans import impairment_plan
     from testbed.plan.settings import EcnSettings
 
     scenario = resolved.scenario
@@ -233,19 +234,19 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
         sample_ms = scenario.queue.sample_ms if scenario.queue is not None else 0.0
         ecn = EcnSettings(setup.queue, (setup.queue_record or {}).get("ecn"),
                           resolved.ecn_path, sample_ms)
-    impairments = link_impairments(fabric, [
-        (spec.link, Impairment(spec.delay_ms, spec.jitter_ms, spec.loss_percent))
-        for spec in scenario.impairments])
+    impairments = impairment_plan(scenario.impairments, fabric, resolved.platform)
+    if impairments.path is not None:
+        log(f"{setup.name}: impairments by {impairments.path}")
     tso = resolved.platform.paths.ovs_offload == "userspace-tso"
     with FabricNetwork(fabric, folder, ledger, datapath=datapath, routing=setup.routing,
                        log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
-                       host_sysctls=setup.host_sysctls(), impairments=impairments,
-                       userspace_tso=tso) as net:
+                       host_sysctls=setup.host_sysctls(), impairments=impairments.netem,
+                       losses=impairments.losses, userspace_tso=tso) as net:
         t = net.timings
         log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
             f"{len(fabric.switches)} switches programmed by the controller "
             f"{t.programmed_s:.1f} s later")
-        yield LiveSetup(net, prove_ready(net, setup, log), ecn)
+        yield LiveSetup(net, prove_ready(net, setup, log), ecn, impairments)
 
 
 def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress) -> dict:
@@ -263,7 +264,18 @@ def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress)
         result.update(resolved.experiment.measure(run))
     if events:
         result["failures"] = schedule.applied
+    if live.impairments is not None and live.impairments.path is not None:
+        result["impairments"] = impairment_record(live.impairments, live.net)
     return result
+
+
+def impairment_record(plan, net) -> dict:
+    """Which path a setup's impairments took (netem or the eBPF loss program), where, and on
+    the eBPF path what the program dropped so far."""
+    record = plan.record()
+    if plan.losses:
+        record["loss_counters"] = net.loss_counters()
+    return record
 
 
 def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:

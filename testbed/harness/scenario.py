@@ -177,7 +177,8 @@ class FailureSpec(Strict):
 
 
 class ImpairmentSpec(Strict):
-    """Delay and loss on a link (both directions) or on every link (``link: all``)."""
+    """Delay and loss on a link (both directions) or on every link (``link: all``): by netem
+    where the kernel has it, else loss alone by the eBPF loss program (testbed.harness.plans)."""
 
     link: Pair | Literal["all"]
     delay_ms: float = Field(0.0, ge=0, le=10_000)

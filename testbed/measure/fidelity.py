@@ -191,8 +191,9 @@ class Watch:
                 if d.rate_mbit}
 
     def emulator_lost(self) -> int:
-        s = self.switches
-        return emulator_losses(s["rx_packets"], s["tx_packets"], s["queue_drops"])
+        s = self.switches  # impairments' losses are intended: not the emulator's
+        return emulator_losses(s["rx_packets"], s["tx_packets"],
+                               s["queue_drops"] + s.get("impairment_drops", 0))
 
     def verdict(self, window_s: tuple[float, float] | None = None, bottleneck: str | None = None,
                 bandwidth_bound: bool = True, setup: str | None = None) -> Verdict:

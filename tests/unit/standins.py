@@ -62,7 +62,7 @@ class StandInNetwork:
     made: list[StandInNetwork] = []
 
     def __init__(self, fabric, workdir, ledger, datapath="user", routing="ecmp", log=print,
-                 queue=None, ecn_path=None, host_sysctls=None, impairments=None,
+                 queue=None, ecn_path=None, host_sysctls=None, impairments=None, losses=(),
                  userspace_tso=False):
         self.fabric, self.workdir, self.ledger = fabric, workdir, ledger
         self.datapath, self.routing = datapath, routing

@@ -182,10 +182,12 @@ def test_dev_vm_profile_paths():
         ecn_marking="ebpf",
         tcp_congestion="cubic+ecn",
         rdma="userspace-roce",
-        delay_loss="none",
+        delay_loss="ebpf-loss",  # loss by the eBPF program; delay needs netem
         pfc="tbf-pause-agent",
         ovs_offload="userspace-tso",
     )
+    no_bpf = {**dev_vm_caps(), "cls_bpf": Capability("cls_bpf", False, "CONFIG_NET_CLS_BPF not set")}
+    assert choose_paths(no_bpf).delay_loss == "none"
 
 
 def test_ubuntu_profile_capabilities():
@@ -310,8 +312,23 @@ def test_report_rows_say_what_is_built():
     assert path_rows(platform) == [
         ("ovs_datapath", "userspace"), ("ecn_marking", "ebpf"),
         ("tcp_congestion", "cubic+ecn"),
-        ("rdma", "userspace-roce  (chosen path; feature not built yet)"),
-        ("delay_loss", "none"), ("pfc", "tbf-pause-agent"), ("ovs_offload", "userspace-tso")]
+        ("rdma", "userspace-roce"), ("delay_loss", "ebpf-loss"), ("pfc", "tbf-pause-agent"),
+        ("ovs_offload", "userspace-tso")]
+
+
+def test_the_rdma_line_says_how_roce_runs_and_why_not_over_rxe():
+    from testbed.capabilities import rdma_summary
+
+    caps = dev_vm_caps()
+    line = rdma_summary(Platform("6.1.0-test", caps, choose_paths(caps)))
+    assert line == ("RDMA here: userspace-roce, by the user-space RoCEv2 engine "
+                    "(testbed.traffic.roce) in every host; no rxe: "
+                    f"{caps['rdma_rxe'].detail}")
+    caps = ubuntu_caps()
+    line = rdma_summary(Platform("6.8.0-test", caps, choose_paths(caps)))
+    assert line.startswith("RDMA here: rxe, by the kernel's softRoCE") and "no rxe" not in line
+    report = format_report(Platform("6.8.0-test", caps, choose_paths(caps)))
+    assert "rdma            rxe\n" in report and line in report
 
 
 def test_detect_smoke_on_this_machine():

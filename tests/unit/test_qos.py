@@ -602,8 +602,9 @@ def test_makefile_builds_with_the_same_command(tmp_path):
     assert out.returncode == 0, out.stderr
     clang_lines = [shlex.split(line) for line in out.stdout.splitlines()
                    if line.startswith("clang ")]
-    assert clang_lines == [compile_command(Path("testbed/apply/bpf/ecn_marker.c"),
-                                           tmp_path / "ecn_marker.o")]
+    assert clang_lines == [compile_command(Path(f"testbed/apply/bpf/{name}.c"),
+                                           tmp_path / f"{name}.o")
+                           for name in ("ecn_marker", "loss")]
 
 
 # The marker's C, compiled for this machine with the BPF helpers replaced by plain functions

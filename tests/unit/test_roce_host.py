@@ -9,7 +9,8 @@ from testbed.traffic.roce import bench, host
 SEND_KEYS = {"role", "opcode", "message_bytes", "mtu_bytes", "messages", "bytes_delivered",
              "elapsed_s", "goodput_mbit", "packets_sent", "retransmitted_packets", "naks",
              "timeouts", "cnps_received", "cnps_sent_by_receiver", "sha256_sender",
-             "sha256_receiver", "data_verified", "errors", "cc", "qp", "engine", "receiver"}
+             "sha256_receiver", "data_verified", "errors", "cc", "qp", "engine", "receiver",
+             "window_monotonic_s", "series_origin_monotonic_s"}
 RUN_TIMEOUT_S = 120
 CNPS_IN_FLIGHT = 1     # at most the CNP of the last packet, sent after its ACK
 

@@ -54,7 +54,8 @@ def test_good_file(tmp_path):
     assert (s.name, s.routing, s.seed, s.results_dir) == ("small-ring", "single", 42, "out")
     assert (e.name, e.rate_mbit, e.mtu_bytes) == ("allreduce", 8.5, 1500)
     assert e.params.model_dump() == {"size_bytes": 4096, "channels": 2, "warmup": 0, "iters": 5,
-                                     "expect_busbw_fraction": 0.9, "algorithm": "ring"}
+                                     "expect_busbw_fraction": 0.9, "algorithm": "ring",
+                                     "transport": "tcp"}
     (setup,) = resolved.setups
     assert setup.fabric.kind == "fattree" and len(setup.fabric.hosts) == 2
     assert setup.routing == "single" and setup.queue is None
@@ -167,15 +168,19 @@ def test_cross_field_problems_name_their_field(tmp_path, extra, expected):
     assert any(expected in f for f in found), found
 
 
-def test_impairments_need_netem_where_the_kernel_lacks_it(tmp_path, monkeypatch):
+def test_without_netem_delay_is_refused_and_loss_alone_is_taken(tmp_path):
     from testbed import capabilities
 
     platform = capabilities.detect()
     if platform.capabilities["sch_netem"].available:
         pytest.fail("this test expects the CI kernel, which has no sch_netem")
-    found = problems(tmp_path, "name: x\nimpairments: [{link: all, loss_percent: 1}]\n")
-    assert found == [f"line 2: impairments.0: delay and loss need the netem qdisc, which this "
-                     f"kernel lacks ({platform.capabilities['sch_netem'].detail})"]
+    found = problems(tmp_path, "name: x\nimpairments: [{link: all, delay_ms: 5, "
+                               "loss_percent: 1}]\n")
+    assert found == [f"line 2: impairments.0: delay needs the netem qdisc, which this kernel "
+                     f"lacks ({platform.capabilities['sch_netem'].detail}); loss_percent alone "
+                     "runs on the eBPF loss program"]
+    resolved = load(write(tmp_path, "name: x\nimpairments: [{link: all, loss_percent: 1}]\n"))
+    assert resolved.scenario.impairments[0].loss_percent == 1
 
 
 def test_an_experiment_that_builds_its_own_fabrics_refuses_sections(tmp_path):

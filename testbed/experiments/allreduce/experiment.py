@@ -45,6 +45,9 @@ class AllReduceParams(Params):
     iters: int = Field(3, ge=1, le=1000)
     expect_busbw_fraction: float = Field(0.9, gt=0, le=1)
     algorithm: Literal["ring", "hd", "tree", "hierarchical"] = "ring"
+    transport: Literal["tcp", "roce"] = Field("tcp", description="TCP connections, or RoCE "
+                                              "QPs (RDMA WRITE into the peer's registered "
+                                              "buffer) paced at the link rate per channel")
 
     @field_validator("size_bytes")
     @classmethod
@@ -65,7 +68,8 @@ class AllReduce(Experiment):
         fabric = self.fabric()
         return (f"{self.title}, {len(fabric.hosts)} ranks, {self.params.size_bytes / 2**20:g} MiB "
                 f"float32, {self.params.channels} channels on {fabric.label()} at "
-                f"{self.rate_mbit:g} Mbit/s")
+                f"{self.rate_mbit:g} Mbit/s" + (" over RoCE" if self.params.transport == "roce"
+                                                 else ""))
 
     def setups(self):
         return [self.scenario_setup()]
@@ -89,12 +93,15 @@ class AllReduce(Experiment):
                         "--channels", str(p.channels), "--algo", p.algorithm,
                         "--seed", str(self.scenario.seed), "--warmup", str(p.warmup),
                         "--iters", str(p.iters), "--expect-sha256", digest,
-                        *groups_argv(run.net.fabric, p.algorithm)]
+                        *groups_argv(run.net.fabric, p.algorithm),
+                        *transport_argv(p.transport, self.rate_mbit, p.channels,
+                                        run.net.fabric.mtu_bytes)]
                 with open(run.workdir / f"rank{rank}.err", "wb") as err:
                     procs.append(run.net.popen(host.name, argv, stdout=subprocess.PIPE,
                                                stderr=err))
             results = collect_ranks(procs, run.workdir, run.progress, p.warmup + p.iters)
         summary = summarise(results, p.size_bytes, self.rate_mbit)
+        summary["transport"] = p.transport
         window = watch.window_s(*summary["timed_window_monotonic_s"])
         util = watch.utilisation(window)
         fidelity = watch.verdict(window, bandwidth_bound=True)
@@ -208,6 +215,20 @@ def collect_ranks(procs, workdir: Path, progress, iterations: int) -> list[dict]
             raise TestbedError(f"rank {rank} failed: {result['error']}")
         results.append(result)
     return results
+
+
+ROCE_PATH_MTUS = (4096, 2048, 1024, 512, 256)
+ROCE_HEADERS_BYTES = 60  # BTH, RETH, ICRC, IPv4 and UDP around a full payload
+
+
+def transport_argv(transport: str, rate_mbit: float, channels: int, mtu_bytes: int) -> list[str]:
+    """The rank program's transport arguments: nothing for TCP; for RoCE the largest path MTU
+    the fabric's MTU carries and every QP paced at its channel's share of the link."""
+    if transport == "tcp":
+        return []
+    roce_mtu = next(m for m in ROCE_PATH_MTUS if m + ROCE_HEADERS_BYTES <= mtu_bytes)
+    return ["--transport", "roce", "--roce-mtu", str(roce_mtu),
+            "--roce-rate-mbit", f"{rate_mbit / channels:g}"]
 
 
 def groups_argv(fabric, algorithm: str) -> list[str]:

@@ -1,12 +1,13 @@
-"""One rank of an AllReduce over TCP, run inside an emulated host; the drop-in for the ring
-program the experiments start (same arguments, same JSON line).
+"""One rank of an AllReduce over TCP (or RoCE QPs, ``--transport roce``), run inside an
+emulated host; the drop-in for the ring program the experiments start (same arguments, same
+JSON line).
 
 Each rank builds its input from (seed, rank), runs warm-up and timed iterations (each on a
 fresh copy of its input, after a barrier), and checks every result against the SHA-256 of
 the expected sum given by the orchestrator; when a digest differs it also counts the wrong
 elements. With ``--next-ip`` the rank knows only its ring successor (ring algorithm only);
 with ``--hosts`` it knows every rank and may run any AllReduce algorithm. ``--channels``
-TCP connections per peer carry every message split across them. Prints one JSON line: times,
+TCP connections (or RoCE QPs) per peer carry the buffer's segments as channels. Prints one JSON line: times,
 verdict, the timed window in CLOCK_MONOTONIC (system-wide, so it lines up with the
 orchestrator's samplers) and this namespace's TCP segment counters over the run.
 """
@@ -29,6 +30,7 @@ from testbed.traffic.collectives.program import (
     DEFAULT_PORT,
     RankSession,
     add_collective_arguments,
+    add_transport_arguments,
     parse_hosts,
     run_program,
 )
@@ -55,7 +57,10 @@ def parse_args(argv):
     ap.add_argument("--connect-timeout-s", type=float, default=CONNECT_TIMEOUT_S)
     ap.add_argument("--io-timeout-s", type=float, default=IO_TIMEOUT_S)
     ap.add_argument("--expect-sha256", required=True, help="digest of the expected sum")
+    add_transport_arguments(ap)
     args = ap.parse_args(argv)
+    if args.transport == "roce" and args.hosts is None:
+        ap.error("--transport roce needs every rank's address (--hosts)")
     if args.next_ip is not None:
         if args.world is None:
             ap.error("--next-ip needs --world")
@@ -109,8 +114,10 @@ def body(argv) -> dict:
                           file=sys.stderr, flush=True)
         timed_end = time.monotonic()
         tcp, _ = session.finish()
+        roce = transport.stats()["engine"] if args.transport == "roce" else None
     return {"rank": args.rank, "times_s": times_s, "verified": verified, "wrong": wrong,
             "size_bytes": sizes.size_bytes, "channels": args.channels, "algorithm": args.algo,
+            "transport": args.transport, "roce": roce,
             "timed_window_monotonic_s": [timed_start, timed_end], **tcp}
 
 

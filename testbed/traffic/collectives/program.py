@@ -25,6 +25,8 @@ from testbed.traffic.collectives.transport import (
 )
 
 DEFAULT_PORT = 29500
+DEFAULT_ROCE_PORT = 4791
+TRANSPORTS = ("tcp", "roce")
 SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 CALIBRATE_SMALL_BYTES = 8
 CALIBRATE_LARGE_BYTES = 4 * 2**20
@@ -70,9 +72,33 @@ def rank_parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
+def add_transport_arguments(ap: argparse.ArgumentParser) -> None:
+    """--transport tcp|roce, and the RoCE transport's port, path MTU, pace and window."""
+    ap.add_argument("--transport", choices=TRANSPORTS, default="tcp",
+                    help="TCP connections, or RoCE QPs (testbed.traffic.collectives."
+                         "roce_transport; needs --hosts)")
+    ap.add_argument("--roce-port", type=int, default=DEFAULT_ROCE_PORT,
+                    help="UDP port of the RoCE engine (0: any free one)")
+    ap.add_argument("--roce-mtu", type=int, default=4096, choices=(256, 512, 1024, 2048, 4096),
+                    help="RoCE path MTU")
+    ap.add_argument("--roce-rate-mbit", type=float, default=None,
+                    help="pace every QP at this rate (default: unpaced)")
+    ap.add_argument("--roce-max-outstanding", type=int, default=64,
+                    help="RoCE packets in flight per QP")
+
+
 def open_transport(args, addresses: dict | None = None, world: int | None = None,
-                   listen: tuple[str, int] | None = None) -> TcpTransport:
+                   listen: tuple[str, int] | None = None) -> Transport:
     addresses = parse_hosts(args.hosts, args.port) if addresses is None else addresses
+    if getattr(args, "transport", "tcp") == "roce":
+        from testbed.traffic.collectives.roce_transport import RoceTransport
+
+        return RoceTransport(args.rank, len(addresses) if world is None else world, addresses,
+                             channels=args.channels, roce_port=args.roce_port,
+                             mtu_bytes=args.roce_mtu, rate_mbit=args.roce_rate_mbit,
+                             max_outstanding=args.roce_max_outstanding,
+                             connect_timeout_s=args.connect_timeout_s,
+                             io_timeout_s=args.io_timeout_s)
     return TcpTransport(args.rank, len(addresses) if world is None else world, addresses,
                         listen=listen, channels=args.channels, dscp=args.dscp,
                         connect_timeout_s=args.connect_timeout_s, io_timeout_s=args.io_timeout_s)

@@ -248,7 +248,8 @@ def send(args: argparse.Namespace) -> dict:
         return {
             "role": "send", "opcode": args.opcode, "message_bytes": size, "mtu_bytes": args.mtu,
             "messages": run["messages"], "bytes_delivered": run["messages"] * size,
-            "elapsed_s": run["elapsed_s"],
+            "elapsed_s": run["elapsed_s"], "window_monotonic_s": run["window_monotonic_s"],
+            "series_origin_monotonic_s": origin_s,
             "goodput_mbit": run["messages"] * size * 8 / run["elapsed_s"] / 1e6
             if run["elapsed_s"] > 0 else 0.0,
             "packets_sent": stats.get("packets_sent", 0),
@@ -298,7 +299,8 @@ def _drive(engine: Engine, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion,
                 succeeded += 1
             else:
                 errors.append(wc.status.name)
-    return {"messages": succeeded, "elapsed_s": last_done - start, "errors": errors}
+    return {"messages": succeeded, "elapsed_s": last_done - start, "errors": errors,
+            "window_monotonic_s": [start, last_done]}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,105 @@
+"""roce-dcqcn's claims, judged from every setup's results, and its printed summary.
+
+Per DCQCN setup, over the judged window:
+
+- fairness: the Jain index of the senders' rates over the window (each sender's link
+  counters; its goodput over the whole run if they are missing) is at least ``MIN_JAIN``
+  (the issue's claim: the flows converge to a fair share);
+- the queue: the median of the real queue (the bottleneck's lossless-class backlog, sampled
+  every 10 ms) lies between Kmin and Kmax, within ``QUEUE_TOLERANCE_FRAMES`` full RoCE
+  frames either side (a sample may catch a burst arriving or a frame leaving); its p95 is
+  reported beside it, not judged (the rate cuts come one CNP interval after the marks, so
+  the queue's tail overshoots by design);
+- the queue is sampled: at least ``MIN_SAMPLED_FRACTION`` of the samples the window holds.
+
+Without congestion control (the ``none`` setup): the median real queue is at least Kmax
+(line-rate senders fill the queue past the marking range, up to PFC's XOFF).
+
+Every setup: data verified on every flow; the packet sample decodes as InfiniBand BTH and
+its ICRC verifies.
+"""
+from __future__ import annotations
+
+from testbed.measure.roce import capture_checks, verified_check
+from testbed.model.verdict import Check, at_least, holds
+
+# Named tolerances.
+MIN_JAIN = 0.95
+QUEUE_TOLERANCE_FRAMES = 2
+MIN_SAMPLED_FRACTION = 0.5
+
+
+def _kb(value) -> str:
+    return "-" if value is None else f"{value / 1000:.1f} KB"
+
+
+def queue_between(name: str, r: dict) -> Check:
+    """The median real queue between Kmin and Kmax, within the tolerance."""
+    q = r["queue"]
+    median, low, high = q["median_bytes"], r["kmin_bytes"], r["kmax_bytes"]
+    slack = QUEUE_TOLERANCE_FRAMES * r["frame_bytes"]
+    inside = None if median is None else low - slack <= median <= high + slack
+    return holds("median queue between Kmin and Kmax", inside,
+                 f"{r['senders']} DCQCN QPs: median real queue {_kb(median)} (p95 "
+                 f"{_kb(q['p95_bytes'])}, max {_kb(q['max_bytes'])}, {q['samples']} samples of "
+                 f"{r['bottleneck']}'s lossless class) against Kmin {_kb(low)} and Kmax "
+                 f"{_kb(high)}, {QUEUE_TOLERANCE_FRAMES} frames of slack", name,
+                 measured=median, expected=f"[{low - slack}, {high + slack}]")
+
+
+def setup_checks(name: str, r: dict) -> list[Check]:
+    checks = [verified_check(r["flows"], name)]
+    if r["cc"] == "dcqcn":
+        rates = ", ".join(f"{x:.2f}" for x in (r.get("sender_mbit") or r["goodput_mbit"]))
+        checks += [
+            at_least("DCQCN flows share fairly", None if r["jain"] is None
+                     else round(r["jain"], 4), MIN_JAIN, "Jain index",
+                     f"{r['senders']} DCQCN QPs at {rates} Mbit/s over the judged window",
+                     name),
+            queue_between(name, r),
+        ]
+    else:
+        median = r["queue"]["median_bytes"]
+        checks.append(at_least(
+            "without congestion control the queue fills", median, r["kmax_bytes"], "bytes",
+            f"{r['senders']} QPs at line rate: median real queue {_kb(median)} against Kmax "
+            f"{_kb(r['kmax_bytes'])} (PFC's XOFF {_kb(r['xoff_bytes'])})", name))
+    checks.append(at_least("queue sampled", round(r["queue"]["sampled_fraction"], 4),
+                           MIN_SAMPLED_FRACTION, "fraction of expected samples",
+                           f"{r['queue']['samples']} samples in the judged window"
+                           + (f"; the sampler stopped: {r['sampler_error']}"
+                              if r["sampler_error"] else ""), name))
+    return checks + capture_checks(r.get("capture"), name)
+
+
+def dcqcn_checks(results: dict[str, dict]) -> list[Check]:
+    checks: list[Check] = []
+    for name, r in results.items():
+        if "queue" in r:
+            checks += setup_checks(name, r)
+    return checks
+
+
+def dcqcn_rows(results: dict[str, dict]) -> list[tuple[str, str]]:
+    rows = []
+    for name, r in results.items():
+        if "queue" not in r:
+            continue
+        q, pfc = r["queue"], r["pfc"] or {}
+        jain = "-" if r["jain"] is None else f"{r['jain']:.3f}"
+        rows.append((name, f"goodputs {', '.join(f'{x:.2f}' for x in r['goodput_mbit'])} "
+                           f"Mbit/s (Jain {jain}); real queue median/p95 {_kb(q['median_bytes'])}"
+                           f"/{_kb(q['p95_bytes'])} (Kmin {_kb(r['kmin_bytes'])}, Kmax "
+                           f"{_kb(r['kmax_bytes'])}); utilisation "
+                           f"{(r['utilisation'] or 0):.0%}; {r['marks']} marks; "
+                           f"{pfc.get('pause_frames_sent')} pause frames"))
+        divergence = r.get("divergence")
+        if divergence:
+            rows.append((f"{name}: marker's model", f"mean |model - qdisc| "
+                                                    f"{_kb(divergence['mean_abs_bytes'])}"))
+    scaling = next((r["cc_scaling"] for r in results.values() if r.get("cc_scaling")), [])
+    for row in scaling:
+        rows.append((f"DCQCN {row['name']}", f"{row['value']:g} (paper {row['paper_value']:g}; "
+                                             f"{row['rule']})"))
+    rows += [(f"{name}: error", e) for name, r in results.items() for e in r.get("errors", [])]
+    return rows

@@ -4,6 +4,7 @@ pinned maps recorded in the run ledger and removed at the end."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from testbed.apply.marking import build_object, read_ifindex, run_tool
 from testbed.apply.state import Ledger, remove_pins
@@ -22,14 +23,18 @@ from testbed.plan.loss_plan import (
 
 
 class LinkLoss:
-    """``cuts``: (where, how) pairs; ``apply`` after the ports are shaped and marked."""
+    """``cuts``: (where, how) pairs; ``apply`` after the ports are shaped and marked.
+    ``host_pid``: a host's name -> a process in its namespace, for the cuts at a host's
+    egress."""
 
-    def __init__(self, cuts: list[tuple[Cut, Loss]], ledger: Ledger, log=print):
+    def __init__(self, cuts: list[tuple[Cut, Loss]], ledger: Ledger,
+                 host_pid: Callable[[str], int], log=print):
         self.cuts = list(cuts)
         self.ledger = ledger
+        self.host_pid = host_pid
         self.log = log
         self.obj = cache_object()
-        self.ifindexes: dict[str, int] = {}
+        self.keys: dict[str, int] = {}  # interface -> its key in the program's maps
         self._pins_claimed = False
 
     def apply(self) -> None:
@@ -41,16 +46,19 @@ class LinkLoss:
         self.ledger.add_names(pinned=paths)
         self._pins_claimed = True
         remove_pins([p for p in paths if os.path.exists(p)])  # an earlier run's
-        tc, bpftool = [], []
+        tc: dict[str | None, list[list[str]]] = {}  # host (None: the root namespace) -> commands
+        bpftool = []
         for cut, loss in self.cuts:
-            tc += attach_commands(cut, self.obj)
-            self.ifindexes[cut.intf] = read_ifindex(cut.intf)
-        for cut, loss in self.cuts:
-            bpftool += config_commands(self.ifindexes[cut.intf], loss)
-        run_tool(["tc", "-batch", "-"], batch_input(tc, "tc"),
-             "tc could not attach the loss program")
+            host = cut.src if cut.host_key is not None else None
+            tc.setdefault(host, []).extend(attach_commands(cut, self.obj))
+            self.keys[cut.intf] = cut.host_key or read_ifindex(cut.intf)
+            bpftool += config_commands(self.keys[cut.intf], loss)
+        for host, commands in tc.items():
+            netns = [] if host is None else ["nsenter", f"--net=/proc/{self.host_pid(host)}/ns/net"]
+            run_tool([*netns, "tc", "-batch", "-"], batch_input(commands, "tc"),
+                     f"tc could not attach the loss program{f' in {host}' if host else ''}")
         run_tool(["bpftool", "batch", "file", "-"], batch_input(bpftool, "bpftool"),
-             "bpftool could not configure the loss program")
+                 "bpftool could not configure the loss program")
         self.log(f"loss on {len(self.cuts)} link directions by the eBPF loss program")
 
     def counters(self) -> dict[str, dict[str, int]]:
@@ -59,8 +67,8 @@ class LinkLoss:
             return {}
         raw = parse_dump(COUNTERS_LAYOUT, run_tool(dump_command("loss_counters"),
                                                what="bpftool could not read loss_counters"))
-        return {intf: raw.get(index, {"matched": 0, "dropped": 0})
-                for intf, index in self.ifindexes.items()}
+        return {intf: raw.get(key, {"matched": 0, "dropped": 0})
+                for intf, key in self.keys.items()}
 
     def remove(self) -> None:
         if self._pins_claimed:

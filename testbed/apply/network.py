@@ -246,7 +246,9 @@ class FabricNetwork:
         self.ecn_path = None if queue is None else ecn_path or machine_ecn_path()
         self.marking = (EcnMarking(fabric, queue, ledger, self.ecn_path, log=log)
                         if queue is not None else None)
-        self.loss = LinkLoss(losses, ledger, log=log) if losses else None
+        self.loss = None
+        if losses:
+            self.loss = LinkLoss(losses, ledger, self._host_pid, log=log)
         self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
                                       log=log)
                     if queue is not None and queue.pfc is not None else None)
@@ -360,6 +362,9 @@ class FabricNetwork:
                 ipr.link("add", ifname=root_intf, kind="veth", peer=peer,
                          mtu=self.fabric.mtu_bytes, group=LINK_GROUP)
             ipr.link("set", index=0, group=LINK_GROUP, state="up")
+
+    def _host_pid(self, name: str) -> int:
+        return self.hosts[name].pid
 
     def root_interfaces(self) -> list[str]:
         """Interfaces in the root namespace: the switch ends of every link."""
@@ -542,7 +547,7 @@ class FabricNetwork:
         the eBPF loss program; once per fabric (its counters then count from here)."""
         if self.loss is not None:
             raise TestbedError("this fabric already loses packets by the eBPF loss program")
-        self.loss = LinkLoss(losses, self.ledger, log=self.log)
+        self.loss = LinkLoss(losses, self.ledger, self._host_pid, log=self.log)
         self.loss.apply()
 
     def loss_counters(self) -> dict:

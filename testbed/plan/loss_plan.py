@@ -1,12 +1,13 @@
 """Link loss without netem (testbed/apply/bpf/loss.c), as plain data: where on the fabric each
-direction of a lossy link is cut (a root-namespace switch port, at its egress or, for the
-direction that leaves a host, at the ingress of the switch port it enters), the program's
-per-port configuration, and the tc and bpftool commands that attach and configure it.
+direction of a lossy link is cut (always at the sending end's egress), the program's
+per-cut configuration, and the tc and bpftool commands that attach and configure it.
 
-A direction a -> b is lost at a's egress when a is a switch, else at b's ingress (b is then
-the switch the host is cabled to). On egress the loss filter runs before the ECN marker
-(tc prio 1 and 2), so a lost packet never reaches the emulated queue, as a packet lost on the
-wire between two switches would not.
+A direction a -> b is lost at a's egress: a root-namespace switch port, keyed by its ifindex,
+or a host's own interface inside the host's namespace, keyed by the host's MAC (host_key).
+Not at the switch port's ingress: a userspace switch reads its ports with packet sockets,
+which see a packet before tc ingress could drop it. On a switch port the loss filter runs
+before the ECN marker (tc prio 1 and 2), so a lost packet never reaches the emulated queue,
+as a packet lost on the wire between two switches would not.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from testbed.model.topology.base import Fabric
 from testbed.plan.bpf_maps import Layout, pack_value, update_command
 
 LOSS_SOURCE = Path(__file__).resolve().parents[1] / "apply" / "bpf" / "loss.c"
-BPF_SECTION = "classifier"
+BPF_SECTION = "classifier"  # a switch port's egress, keyed by ifindex
+HOST_SECTION = "host"  # a host's egress in its namespace, keyed by host_key
+HOST_KEY_FLAG = 0x80000000  # HOST_KEY_FLAG in loss.c; root-namespace ifindexes never set it
 FILTER_PRIO = "1"  # before the ECN marker's filter
 FILTER_HANDLE = "1"
 MODE_OFF, MODE_RANDOM, MODE_NTH = 0, 1, 2  # LOSS_MODE_* in loss.c
@@ -27,7 +30,6 @@ CONFIG_LAYOUT: Layout = (("mode", "I"), ("probability", "I"), ("every_nth", "I")
                          ("dscp", "I"))
 COUNTERS_LAYOUT: Layout = (("matched", "Q"), ("dropped", "Q"))
 MAPS = {"loss_config": CONFIG_LAYOUT, "loss_counters": COUNTERS_LAYOUT}
-EGRESS, INGRESS = "egress", "ingress"
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,23 @@ def probability_u32(fraction: float) -> int:
 
 @dataclass(frozen=True)
 class Cut:
-    """Where one direction of a link is lost: a root-namespace interface and its hook."""
+    """Where one direction of a link is lost: the egress of interface ``intf`` of ``src``;
+    ``host_key`` is set when ``src`` is a host (its interface lives in its namespace)."""
 
     src: str
     dst: str
     intf: str
-    hook: str  # EGRESS or INGRESS
+    host_key: int | None = None
+
+    @property
+    def section(self) -> str:
+        return BPF_SECTION if self.host_key is None else HOST_SECTION
+
+
+def host_key(mac: str) -> int:
+    """The loss program's key for a host: its MAC's low 31 bits with HOST_KEY_FLAG set."""
+    value = int(mac.replace(":", ""), 16)
+    return HOST_KEY_FLAG | (value & (HOST_KEY_FLAG - 1))
 
 
 def direction_cut(fabric: Fabric, src: str, dst: str) -> Cut:
@@ -88,9 +101,12 @@ def direction_cut(fabric: Fabric, src: str, dst: str) -> Cut:
         for end, (node, other) in enumerate(((link.a, link.b), (link.b, link.a))):
             if (node, other) != (src, dst):
                 continue
-            if not fabric.nodes[src].is_host:
-                return Cut(src, dst, link.intf(end), EGRESS)
-            return Cut(src, dst, link.intf(1 - end), INGRESS)
+            node = fabric.nodes[src]
+            if not node.is_host:
+                return Cut(src, dst, link.intf(end))
+            if node.mac is None:
+                raise ConfigError("link", f"host {src} has no MAC address to key its loss by")
+            return Cut(src, dst, link.intf(end), host_key(node.mac))
     raise ConfigError("link", f"{src} and {dst} are not cabled together")
 
 
@@ -104,18 +120,20 @@ def every_link_cuts(fabric: Fabric) -> list[Cut]:
 
 
 def attach_commands(cut: Cut, obj: Path) -> list[list[str]]:
-    """tc commands hooking the program on ``cut`` (the clsact qdisc may exist already)."""
+    """tc commands hooking the program on ``cut`` (the clsact qdisc may exist already), run
+    in the namespace of ``cut.intf`` (a host's, when ``cut.host_key`` is set)."""
     return [
         ["tc", "qdisc", "replace", "dev", cut.intf, "clsact"],
-        ["tc", "filter", "replace", "dev", cut.intf, cut.hook, "prio", FILTER_PRIO, "handle",
-         FILTER_HANDLE, "bpf", "da", "obj", str(obj), "sec", BPF_SECTION],
+        ["tc", "filter", "replace", "dev", cut.intf, "egress", "prio", FILTER_PRIO, "handle",
+         FILTER_HANDLE, "bpf", "da", "obj", str(obj), "sec", cut.section],
     ]
 
 
-def config_commands(ifindex: int, loss: Loss) -> list[list[str]]:
-    """bpftool commands zeroing the port's counters, then writing its config."""
-    return [update_command("loss_counters", ifindex, pack_value(COUNTERS_LAYOUT, {})),
-            update_command("loss_config", ifindex, loss.config())]
+def config_commands(key: int, loss: Loss) -> list[list[str]]:
+    """bpftool commands zeroing a cut's counters, then writing its config; ``key``: the
+    switch port's ifindex or the host's host_key."""
+    return [update_command("loss_counters", key, pack_value(COUNTERS_LAYOUT, {})),
+            update_command("loss_config", key, loss.config())]
 
 
 def cache_object() -> Path:

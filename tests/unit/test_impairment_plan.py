@@ -17,7 +17,7 @@ from testbed.harness.plans import (
 )
 from testbed.harness.scenario import ImpairmentSpec
 from testbed.model.topology import build
-from testbed.plan.loss_plan import EGRESS, INGRESS, Cut, Loss
+from testbed.plan.loss_plan import Cut, Loss, host_key
 from testbed.plan.port_queue import Impairment
 
 
@@ -57,10 +57,11 @@ def test_without_netem_each_direction_of_a_lossy_link_is_cut_once():
     plan = impairment_plan([spec(link=["l0h1", "l0"], loss_percent=1.0)], f, platform(False))
     assert plan.path == IMPAIRMENT_EBPF_LOSS and plan.netem == {}
     cuts = {(cut.src, cut.dst): (cut, loss) for cut, loss in plan.losses}
-    # l0's port 2 leads to l0h1: l0 -> l0h1 is lost at that port's egress, l0h1 -> l0 at its
-    # ingress (the host's own end is in its namespace)
-    assert cuts[("l0", "l0h1")] == (Cut("l0", "l0h1", "l0-eth2", EGRESS), Loss(0.01))
-    assert cuts[("l0h1", "l0")] == (Cut("l0h1", "l0", "l0-eth2", INGRESS), Loss(0.01))
+    # l0's port 2 leads to l0h1: l0 -> l0h1 is lost at that port's egress, l0h1 -> l0 at the
+    # host's own interface's egress, in its namespace, keyed by its MAC
+    assert cuts[("l0", "l0h1")] == (Cut("l0", "l0h1", "l0-eth2"), Loss(0.01))
+    assert cuts[("l0h1", "l0")] == (Cut("l0h1", "l0", "l0h1-eth0",
+                                         host_key(f.nodes["l0h1"].mac)), Loss(0.01))
     assert len(plan.losses) == 2
 
 
@@ -74,7 +75,7 @@ def test_a_later_entry_wins_per_direction_and_all_links_cover_every_direction():
     assert fractions[("l0", "l0h0")] == 0.01
     record = plan.record()
     assert record["path"] == IMPAIRMENT_EBPF_LOSS and len(record["cuts"]) == 2 * len(f.links)
-    assert {"src": "l0", "dst": "s0", "intf": "l0-eth3", "hook": EGRESS,
+    assert {"src": "l0", "dst": "s0", "intf": "l0-eth3", "host_key": None,
             "loss_percent": 10.0} in record["cuts"]
     assert record["links"][1] == {"link": ["l0", "s0"], "delay_ms": 0.0, "jitter_ms": 0.0,
                                   "loss_percent": 10.0}

@@ -18,8 +18,7 @@ from testbed.plan.loss_plan import (
     ANY_DSCP,
     CONFIG_LAYOUT,
     COUNTERS_LAYOUT,
-    EGRESS,
-    INGRESS,
+    HOST_KEY_FLAG,
     LOSS_SOURCE,
     MODE_NTH,
     MODE_RANDOM,
@@ -30,6 +29,7 @@ from testbed.plan.loss_plan import (
     config_commands,
     direction_cut,
     every_link_cuts,
+    host_key,
     is_lost,
     link_cuts,
     probability_u32,
@@ -42,19 +42,28 @@ def fabric():
     return build("fattree", k=4)
 
 
-def test_a_switch_sends_its_loss_at_its_egress_a_host_at_the_switch_ingress():
+def test_every_direction_is_lost_at_its_sending_end():
     f = fabric()
-    assert direction_cut(f, "p0e0", "p0a0") == Cut("p0e0", "p0a0", "p0e0-eth3", EGRESS)
-    assert direction_cut(f, "p0a0", "p0e0") == Cut("p0a0", "p0e0", "p0a0-eth1", EGRESS)
-    assert direction_cut(f, "p0e0h0", "p0e0") == Cut("p0e0h0", "p0e0", "p0e0-eth1", INGRESS)
-    assert direction_cut(f, "p0e0", "p0e0h0") == Cut("p0e0", "p0e0h0", "p0e0-eth1", EGRESS)
-    assert [c.intf for c in link_cuts(f, "p0e0h0", "p0e0")] == ["p0e0-eth1", "p0e0-eth1"]
+    assert direction_cut(f, "p0e0", "p0a0") == Cut("p0e0", "p0a0", "p0e0-eth3")
+    assert direction_cut(f, "p0a0", "p0e0") == Cut("p0a0", "p0e0", "p0a0-eth1")
+    host = f.nodes["p0e0h0"]
+    assert direction_cut(f, "p0e0h0", "p0e0") == Cut("p0e0h0", "p0e0", "p0e0h0-eth0",
+                                                      host_key(host.mac))
+    assert direction_cut(f, "p0e0", "p0e0h0") == Cut("p0e0", "p0e0h0", "p0e0-eth1")
+    assert [c.intf for c in link_cuts(f, "p0e0h0", "p0e0")] == ["p0e0h0-eth0", "p0e0-eth1"]
     cuts = every_link_cuts(f)
     assert len(cuts) == 2 * len(f.links)
-    switches = {s.name for s in f.switches}
-    assert all(c.intf.split("-")[0] in switches for c in cuts)  # all in the root namespace
+    hosts = [c for c in cuts if c.host_key is not None]
+    assert len(hosts) == len(f.hosts) and len({c.host_key for c in hosts}) == len(f.hosts)
+    assert {c.section for c in cuts} == {"classifier", "host"}
     with pytest.raises(ConfigError):
         direction_cut(f, "p0e0", "p3a0")
+
+
+def test_a_host_is_keyed_by_its_mac_with_the_flag_no_ifindex_sets():
+    assert host_key("02:00:0a:00:00:02") == HOST_KEY_FLAG | 0x0A000002
+    assert host_key("02:00:8a:01:02:03") == HOST_KEY_FLAG | 0x0A010203  # the low 31 bits
+    assert HOST_KEY_FLAG == 2**31
 
 
 def test_loss_is_a_fraction_or_every_nth_and_validated():
@@ -74,12 +83,14 @@ def test_config_bytes_by_hand():
 
 
 def test_commands_attach_before_the_marker_and_write_the_config_last():
-    cut = Cut("p0e0", "p0a0", "p0e0-eth3", EGRESS)
+    cut = Cut("p0e0", "p0a0", "p0e0-eth3")
     obj = Path("/cache/loss.o")
     assert attach_commands(cut, obj) == [
         ["tc", "qdisc", "replace", "dev", "p0e0-eth3", "clsact"],
         ["tc", "filter", "replace", "dev", "p0e0-eth3", "egress", "prio", "1", "handle", "1",
          "bpf", "da", "obj", "/cache/loss.o", "sec", "classifier"]]
+    host = Cut("p0e0h0", "p0e0", "p0e0h0-eth0", host_key("02:00:0a:00:00:02"))
+    assert attach_commands(host, obj)[1][-1] == "host"
     zero, config = config_commands(42, Loss(0.5))
     assert zero[3:5] == ["pinned", "/sys/fs/bpf/tc/globals/loss_counters"]
     assert config[3:5] == ["pinned", "/sys/fs/bpf/tc/globals/loss_config"]
@@ -130,9 +141,10 @@ static struct loss_counters ctr;
 static int have_ctr;
 static unsigned char pkt[64];
 static __u32 rnd;
+static __u32 last_key;
 static void *bpf_map_lookup_elem(void *map, const void *key)
 {
-	(void)key;
+	memcpy(&last_key, key, sizeof last_key);
 	if (map == &loss_config) return &cfg;
 	return have_ctr ? &ctr : NULL;
 }
@@ -156,7 +168,7 @@ int main(void)
 	for (unsigned i = 0; i < n; i++) {
 		if (scanf("%u %u", &pkt_dscp, &rnd) != 2) return 2;
 		pkt[14 + 1] = (unsigned char)(pkt_dscp << 2);
-		printf("%d\n", link_loss(&skb) == TC_ACT_SHOT);
+		printf("%d\n", link_loss(&skb) == TC_ACT_STOLEN);
 	}
 	printf("%llu %llu\n", (unsigned long long)ctr.matched, (unsigned long long)ctr.dropped);
 	return 0;
@@ -213,3 +225,35 @@ def test_the_maps_layouts_match_the_c_structs(tmp_path):
     out = subprocess.run(compile_command(wrapper, tmp_path / "layout.o"), capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr
+
+
+HOST_MAIN = r"""
+int main(void)
+{
+	struct __sk_buff skb = {0};
+	unsigned b[6];
+	cfg.mode = 2; cfg.every_nth = 1; cfg.dscp = 0xff;  /* lose every packet */
+	if (scanf("%x:%x:%x:%x:%x:%x", b, b + 1, b + 2, b + 3, b + 4, b + 5) != 6) return 2;
+	for (int i = 0; i < 6; i++) pkt[6 + i] = (unsigned char)b[i];  /* Ethernet source */
+	skb.protocol = htons(0x0800);
+	int verdict = host_link_loss(&skb);
+	printf("%u %d\n", last_key, verdict == TC_ACT_STOLEN);
+	return 0;
+}
+"""
+
+
+def test_the_host_program_keys_by_the_source_mac_as_host_key_does(tmp_path):
+    require("clang")
+    src = tmp_path / "host.c"
+    prelude = NATIVE[:NATIVE.index("int main(void)")].replace("LOSS_C", str(LOSS_SOURCE))
+    src.write_text("#include <arpa/inet.h>\n" + prelude + HOST_MAIN)
+    binary = tmp_path / "host"
+    out = subprocess.run(["clang", "-O1", "-w", "-I/usr/include/x86_64-linux-gnu", "-o",
+                          str(binary), str(src)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    for mac in ("02:00:0a:00:00:02", "02:00:8a:01:02:03", "02:00:0a:03:01:ff"):
+        run = subprocess.run([str(binary)], input=mac + "\n", capture_output=True, text=True,
+                             check=True)
+        key, stolen = run.stdout.split()
+        assert int(key) == host_key(mac) and stolen == "1", mac

@@ -2,19 +2,28 @@
 /*
  * Packet loss on an emulated link, as a tc classifier, for kernels without netem.
  *
- * Attached to a root-namespace switch port, at its egress (loss on the link that port sends
- * on) or its ingress (loss on the link from a host, whose own end lives in the host's
- * namespace). Each port's entry in `loss_config` says how packets are lost:
+ * Two programs over the same maps:
+ *   "classifier": at a root-namespace switch port's egress (loss on the link that port sends
+ *     on), keyed by the port's ifindex;
+ *   "host": at a host's own interface's egress, inside the host's namespace (loss on the link
+ *     from the host). Not at the switch port's ingress: a userspace switch reads its ports
+ *     with packet sockets, which see a packet before tc ingress could drop it. A host's
+ *     interface index is not unique (each namespace numbers its own), so this program is
+ *     keyed by the host's source MAC address instead: HOST_KEY_FLAG | its low 31 bits (the
+ *     testbed's host MACs differ there; root-namespace ifindexes never set the flag).
+ * Each entry in `loss_config` says how packets are lost:
  *   LOSS_MODE_RANDOM: each packet independently, with probability p / 2^32;
  *   LOSS_MODE_NTH:    every nth packet (the nth, 2nth, ...), deterministic, for tests;
  * optionally only packets of one DSCP (a traffic class), `dscp` 0..63, or any (LOSS_ANY_DSCP).
- * Lost packets are counted per port in `loss_counters` (packets seen that matched, packets
+ * Lost packets are counted per cut in `loss_counters` (packets seen that matched, packets
  * dropped), so the loss the run got is measured, not assumed.
  *
- * On egress the program sits before the ECN marker (tc prio 1; the marker is prio 2): a lost
- * packet returns TC_ACT_SHOT, every other packet TC_ACT_UNSPEC so that the next filter (the
- * marker) still classifies it. Maps are pinned by name in /sys/fs/bpf/tc/globals and keyed by
- * the root-namespace ifindex, as the marker's are.
+ * The program sits before the ECN marker (tc prio 1; the marker is prio 2). A lost packet
+ * returns TC_ACT_STOLEN: the sender is told it went out, as on a wire that loses it later
+ * (TC_ACT_SHOT would hand the sending socket NET_XMIT_DROP, which TCP takes as a local
+ * congestion signal and retries at once, and count in the qdisc's drops). Every other
+ * packet returns TC_ACT_UNSPEC, so the next filter (the marker) still classifies it. Maps are pinned by name in /sys/fs/bpf/tc/globals, which every
+ * namespace of the run shares (one mount namespace).
  */
 #include <stddef.h>
 #include <linux/bpf.h>
@@ -29,6 +38,7 @@
 #define LOSS_MODE_RANDOM 1
 #define LOSS_MODE_NTH 2
 #define LOSS_ANY_DSCP 0xff
+#define HOST_KEY_FLAG 0x80000000u
 
 /* Written by the testbed (testbed/plan/loss_plan.py CONFIG_LAYOUT). */
 struct loss_config {
@@ -81,24 +91,23 @@ static __always_inline int lost(const struct loss_config *cfg, __u64 seen, __u32
 	return 0;
 }
 
-SEC("classifier")
-int link_loss(struct __sk_buff *skb)
+/* Count the packet under `key`, and drop it when its entry says so. */
+static __always_inline int apply_loss(struct __sk_buff *skb, __u32 key)
 {
 	struct loss_counters zero = {};
-	__u32 ifindex = skb->ifindex;
 	struct loss_config *cfg;
 	struct loss_counters *ctr;
 	__u64 seen;
 
-	cfg = bpf_map_lookup_elem(&loss_config, &ifindex);
+	cfg = bpf_map_lookup_elem(&loss_config, &key);
 	if (!cfg || cfg->mode == LOSS_MODE_OFF)
 		return TC_ACT_UNSPEC;
 	if (cfg->dscp != LOSS_ANY_DSCP && packet_dscp(skb) != (int)cfg->dscp)
 		return TC_ACT_UNSPEC;
-	ctr = bpf_map_lookup_elem(&loss_counters, &ifindex);
+	ctr = bpf_map_lookup_elem(&loss_counters, &key);
 	if (!ctr) {
-		bpf_map_update_elem(&loss_counters, &ifindex, &zero, BPF_NOEXIST);
-		ctr = bpf_map_lookup_elem(&loss_counters, &ifindex);
+		bpf_map_update_elem(&loss_counters, &key, &zero, BPF_NOEXIST);
+		ctr = bpf_map_lookup_elem(&loss_counters, &key);
 		if (!ctr)
 			return TC_ACT_UNSPEC;
 	}
@@ -106,7 +115,25 @@ int link_loss(struct __sk_buff *skb)
 	if (!lost(cfg, seen, bpf_get_prandom_u32()))
 		return TC_ACT_UNSPEC;
 	__sync_fetch_and_add(&ctr->dropped, 1);
-	return TC_ACT_SHOT;
+	return TC_ACT_STOLEN;
+}
+
+SEC("classifier")
+int link_loss(struct __sk_buff *skb)
+{
+	return apply_loss(skb, skb->ifindex);
+}
+
+SEC("host")
+int host_link_loss(struct __sk_buff *skb)
+{
+	__u8 mac[4];
+
+	/* the low four bytes of the Ethernet source address */
+	if (bpf_skb_load_bytes(skb, ETH_ALEN + 2, mac, sizeof(mac)) < 0)
+		return TC_ACT_UNSPEC;
+	return apply_loss(skb, HOST_KEY_FLAG | (((__u32)mac[0] << 24 | (__u32)mac[1] << 16 |
+						 (__u32)mac[2] << 8 | mac[3]) & ~HOST_KEY_FLAG));
 }
 
 char _license[] SEC("license") = "GPL";

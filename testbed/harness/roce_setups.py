@@ -21,6 +21,7 @@ two-frame floor. The port's buffer must then hold Kmax and PFC's headroom above 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from testbed.errors import ConfigError
@@ -82,6 +83,15 @@ def bench_fabric(senders: int, rate_mbit: float, mtu_bytes: int) -> Fabric:
 def roce_frame_bytes(roce_mtu_bytes: int) -> int:
     """A full RoCE data packet on the wire (Ethernet header on)."""
     return roce_mtu_bytes + ROCE_HEADERS_BYTES + ETHERNET_HEADER_BYTES
+
+
+def incast_outstanding(buffer_bytes: int, senders: int, frame_bytes: int) -> int:
+    """Packets each QP of an incast may have in flight so that together they hold one and a
+    half port buffers: a NIC sends at line rate with far more outstanding than any switch
+    buffers, so the queue reaches XOFF (and pauses) rather than the QPs' window first, while
+    each QP's share (at most three quarters of a buffer from two senders up) still fits in
+    its own NIC's lossless queue when paused."""
+    return max(1, math.ceil(1.5 * buffer_bytes / (senders * frame_bytes)))
 
 
 def ack_timeout_s(buffer_bytes: int, rate_mbit: float) -> float:

@@ -5,6 +5,7 @@ queue, the capture's decoding by tshark and scapy, the real queue over a window,
 figures."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from testbed.harness.roce_setups import (
     ack_timeout_s,
     bench_fabric,
     dcqcn_red_bytes,
+    incast_outstanding,
     lossless_queue,
     roce_bench,
     roce_frame_bytes,
@@ -185,6 +187,15 @@ def test_the_lossless_queue_leaves_headroom_for_every_feeding_port():
     assert info.value.field == "params.buffer_bytes"
 
 
+def test_an_incast_holds_one_and_a_half_buffers_in_flight():
+    # 1.5 * 1.5 MB over 4 QPs of 1098-byte frames: 512.3 -> 513 packets each
+    assert incast_outstanding(1_500_000, 4, 1098) == 513
+    for senders in range(2, 16):
+        each = incast_outstanding(1_500_000, senders, 1098)
+        assert senders * each * 1098 >= 1.5 * 1_500_000  # past XOFF (below the buffer)
+        assert (each - 1) * 1098 <= 0.75 * 1_500_000  # fits in its own NIC's queue
+
+
 def test_frames_timeouts_and_the_rxe_refusal():
     assert roce_frame_bytes(1024) == 1024 + 12 + 16 + 4 + 20 + 8 + 14
     # a 1 MB buffer at 20 Mbit/s drains in 0.4 s; four drains
@@ -258,6 +269,27 @@ def test_a_corrupted_packet_fails_the_icrc_check(tmp_path):
     decodes, icrc = capture_checks(capture, "s")
     assert decodes.passed is True and icrc.passed is False
     assert capture["scapy"]["icrc_ok"] == 12 and capture["scapy"]["packets"] == 13
+
+
+def test_frames_scapy_did_not_read_as_bth_fail_the_icrc_check():
+    unread = {"pcap": "x", "error": None,
+              "tshark": {"frames": 300, "bth_frames": 300, "opcodes": {}},
+              "scapy": {"packets": 0, "icrc_ok": 0, "ip_id_zero": 0}}
+    decodes, icrc = capture_checks(unread, "s")
+    assert decodes.passed is True and icrc.passed is False and icrc.expected == 300
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+def test_a_fresh_process_reads_the_bth_without_importing_scapy_roce_first(tmp_path):
+    """decode_capture binds BTH to UDP 4791 before reading: in a process that never imported
+    scapy.contrib.roce, scapy would otherwise read every packet as plain UDP payload."""
+    path = tmp_path / "roce.pcap"
+    wrpcap(str(path), engine_packets(12))
+    code = ("import json, sys; from testbed.measure.roce import decode_capture; "
+            "print(json.dumps(decode_capture(sys.argv[1])['scapy']))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, check=True)
+    assert json.loads(out.stdout) == {"packets": 13, "icrc_ok": 13, "ip_id_zero": 13}
 
 
 def test_no_capture_or_a_short_one_is_not_judged(tmp_path):

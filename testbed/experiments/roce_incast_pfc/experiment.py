@@ -23,6 +23,7 @@ are the kernel's softRoCE driven by perftest (testbed.traffic.roce.rxe).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -35,10 +36,13 @@ from testbed.harness.roce_experiment import (
     Distinct,
     TransportParams,
 )
+from testbed.harness.roce_flows import RoceSettings
 from testbed.harness.roce_setups import (
     bench_fabric,
     dcqcn_red_bytes,
+    incast_outstanding,
     lossless_queue,
+    roce_frame_bytes,
     transport_problems,
 )
 from testbed.plan.profiles import U32_MAX
@@ -81,6 +85,13 @@ class RoceIncastPfc(BottleneckExperiment):
             problems.append(Problem(("params", "conditions"), "pfc+dcqcn needs the engine's "
                                     "DCQCN; the rxe path runs pfc only"))
         return problems
+
+    def settings(self, setup: Setup) -> RoceSettings:
+        """The base class's senders with the window of an incast: enough in flight to fill
+        the port past XOFF (roce_setups.incast_outstanding)."""
+        p = self.params
+        return replace(super().settings(setup), max_outstanding=incast_outstanding(
+            p.buffer_bytes, p.senders, roce_frame_bytes(p.roce_mtu_bytes)))
 
     def setups(self) -> list[Setup]:
         p = self.params

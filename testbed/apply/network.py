@@ -58,6 +58,7 @@ from testbed.plan.loss_plan import Cut, Loss
 from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size buffers with it
     Impairment,
     default_buffer_bytes,  # noqa: F401
+    gso_max_bytes,
     host_queue,
     port_plan,
     switch_queue_plan,
@@ -121,7 +122,9 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     so they go away with it. Its NIC's queue is the port plan of ``queue`` (class queues only
     when it has traffic classes, ``port_queue.host_queue``; no marking) with the link's
     impairment from ``impairments`` (interface -> Impairment). Its offloads are turned off
-    unless ``offloads_on`` (the datapath passes offloaded packets)."""
+    unless ``offloads_on`` (the datapath passes offloaded packets); then its GSO packets are
+    kept to about a millisecond of its link (``port_queue.gso_max_bytes``), and since only
+    hosts make them, so is every packet on the fabric."""
     node = fabric.nodes[host]
     link, end = fabric.host_link(host)
     intf = link.intf(end)
@@ -131,6 +134,8 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         "link set lo up",
         f"link set dev {intf} address {node.mac} mtu {fabric.mtu_bytes}",
         f"addr add {node.ip}/{HOST_PREFIX_LEN} dev {intf}",
+        *([f"link set dev {intf} gso_max_size {gso_max_bytes(link.rate_mbit, fabric.mtu_bytes)}"]
+          if offloads_on else []),
         f"link set dev {intf} up",
         *(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
           for h in fabric.hosts if h.name != host),

@@ -11,10 +11,14 @@ and the two hosts' NIC queues) is sampled over rtnetlink. For each answered prob
                                            backlog of that hop's candidate ports / its rate
 
 (largest over ECMP candidates, so the explanation is generous and the excess conservative).
-The verdict flags a run whose median excess exceeds ``max(MIN_EXCESS_MS, idle share)``.
+The verdict flags a run whose median excess exceeds ``max(MIN_EXCESS_MS, idle share)`` plus,
+per shaped hop, the longest a probe can wait for the packet the link is sending (which has
+left the backlog; testbed.plan.port_queue.in_service_ms): at low rates with large frames
+that is most of the limit, and the probe only catches gross delays there.
 """
 from __future__ import annotations
 
+import bisect
 import re
 import subprocess
 import threading
@@ -33,6 +37,7 @@ IDLE_PINGS = 10
 # datapath's own polling shows in the idle RTT and grows somewhat with load).
 MIN_EXCESS_MS = 5.0
 IDLE_SHARE = 0.5
+MAX_SAMPLE_GAP_S = 0.2  # a probe farther than this from every queue sample is not judged
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ def path_hops(fabric: Fabric, src: str, dst: str) -> list[Hop]:
 
 
 def parse_ping(text: str) -> list[tuple[float, int, float]]:
-    """(unix time, sequence, rtt ms) of every answered probe in ``ping -D`` output."""
+    """(unix time the reply arrived, sequence, rtt ms) of every answered probe in ``ping -D``
+    output."""
     out = []
     for line in text.splitlines():
         m = PING_LINE.match(line.strip())
@@ -87,30 +93,39 @@ class RttResult:
     p95_excess_ms: float | None
     limit_ms: float | None
     path: list[list[str]] = field(default_factory=list)
+    p50_explained_ms: float | None = None  # what the sampled queues accounted for
+    judged: int = 0  # probes with a queue sample near enough to judge
+    in_service_ms: float = 0.0  # packets being sent on the path, which no backlog shows
 
     def to_dict(self) -> dict:
         return dict(vars(self))
 
 
 def excess_summary(idle_ms: float | None, probes: list[tuple[float, float]],
-                   explained: list[tuple[float, float]], hops: list[Hop]) -> RttResult:
+                   explained: list[tuple[float, float]], hops: list[Hop],
+                   in_service_ms: float = 0.0) -> RttResult:
     """Probes (monotonic send time, rtt ms) against explained queueing samples (monotonic
-    time, ms): each probe is charged the explanation sampled nearest its send time."""
+    time, ms): each probe is charged the explanation sampled nearest its send time. A probe
+    with no sample within MAX_SAMPLE_GAP_S is left out (a gap in the sampling explains
+    nothing either way); with none left, nothing is judged. ``in_service_ms``: the longest
+    the probe may wait, summed over its path, for packets being sent (no backlog shows
+    them), added to the limit."""
     path = [list(h.ports) for h in hops]
-    if idle_ms is None or not probes:
-        return RttResult(idle_ms, len(probes), None, None, None, None, path)
     times = [t for t, _ in explained]
-    excess = []
-    for t_sent, rtt in probes:
-        if times:
-            nearest = min(range(len(times)), key=lambda i: abs(times[i] - t_sent))
-            why = explained[nearest][1]
-        else:
-            why = 0.0
-        excess.append(rtt - idle_ms - why)
-    limit = max(MIN_EXCESS_MS, IDLE_SHARE * idle_ms)
+    excess, why = [], []
+    for t_sent, rtt in probes if times else []:
+        nearest = bisect.bisect_left(times, t_sent)
+        near = min((i for i in (nearest - 1, nearest) if 0 <= i < len(times)),
+                   key=lambda i: abs(times[i] - t_sent))
+        if abs(times[near] - t_sent) <= MAX_SAMPLE_GAP_S and idle_ms is not None:
+            why.append(explained[near][1])
+            excess.append(rtt - idle_ms - why[-1])
+    if not excess:
+        return RttResult(idle_ms, len(probes), None, None, None, None, path)
+    limit = max(MIN_EXCESS_MS, IDLE_SHARE * idle_ms) + in_service_ms
     return RttResult(idle_ms, len(probes), percentile([r for _, r in probes], 50),
-                     percentile(excess, 50), percentile(excess, 95), limit, path)
+                     percentile(excess, 50), percentile(excess, 95), limit, path,
+                     percentile(why, 50), len(excess), in_service_ms)
 
 
 class RttProbe:
@@ -193,10 +208,22 @@ class RttProbe:
             reader.sock.close()
         self.proc.terminate()
         out, _ = self.proc.communicate(timeout=5)
-        self.probes = [(t - self.t_offset, rtt) for t, _, rtt in parse_ping(out)]
+        # ping -D stamps the line when the reply arrives: the probe left rtt earlier
+        self.probes = [(t - self.t_offset - rtt / 1000, rtt) for t, _, rtt in parse_ping(out)]
 
     def result(self, window_monotonic_s: tuple[float, float] | None = None) -> RttResult:
         probes = [(t, r) for t, r in self.probes
                   if window_monotonic_s is None
                   or window_monotonic_s[0] <= t <= window_monotonic_s[1]]
-        return excess_summary(self.idle_ms, probes, self.samples, self.hops)
+        return excess_summary(self.idle_ms, probes, self.samples, self.hops,
+                              self.in_service_ms())
+
+    def in_service_ms(self) -> float:
+        """Summed over the path's shaped hops (switch ports both ways and the two hosts'
+        NICs): the longest a packet waits for the one its link is sending."""
+        from testbed.plan.port_queue import in_service_ms
+
+        fabric, offloads = self.net.fabric, bool(getattr(self.net, "offloads_on", False))
+        rates = [hop.rate_mbit for hop in self.hops]
+        rates += [fabric.host_link(h)[0].rate_mbit for h in (self.src, self.dst)]
+        return sum(in_service_ms(rate, fabric.mtu_bytes, offloads) for rate in rates)

@@ -90,6 +90,34 @@ MIN_FRAME_BYTES = 64
 UNSHAPED_RATE_MBIT = 20_000.0
 
 
+# Where the datapath passes segmentation-offloaded packets, one GSO packet leaves a shaped
+# link as a single burst: it is kept to about what the link sends in GSO_BURST_S (never less
+# than one frame, never more than the kernel's 64 KiB), as TCP's own TSO autosizing keeps a
+# burst near a millisecond of its rate, so a packet behind it never waits far longer than
+# behind one frame.
+GSO_BURST_S = 0.001
+GSO_LIMIT_BYTES = 65536
+ETHERNET_HEADER_BYTES = 14
+
+
+def gso_max_bytes(rate_mbit: float | None, mtu_bytes: int) -> int:
+    """The largest GSO packet a link of ``rate_mbit`` carries (unshaped: the kernel's)."""
+    if rate_mbit is None:
+        return GSO_LIMIT_BYTES
+    burst = int(rate_mbit * 1e6 / 8 * GSO_BURST_S)
+    return max(mtu_bytes + ETHERNET_HEADER_BYTES, min(GSO_LIMIT_BYTES, burst))
+
+
+def in_service_ms(rate_mbit: float | None, mtu_bytes: int, offloads_on: bool) -> float:
+    """The longest a packet arriving at a shaped link waits for the one the link is sending
+    (which a queue's backlog no longer shows): its largest packet at its rate."""
+    if rate_mbit is None:
+        return 0.0
+    largest = (gso_max_bytes(rate_mbit, mtu_bytes) if offloads_on
+               else mtu_bytes + ETHERNET_HEADER_BYTES)
+    return largest * 8 / (rate_mbit * 1e6) * 1000
+
+
 def default_buffer_bytes(rate_mbit: float, mtu_bytes: int) -> int:
     """Egress buffer of a port: 50 ms at the link rate, and never under 8 full frames."""
     return max(MIN_BUFFER_FRAMES * mtu_bytes, int(rate_mbit * 1e6 / 8 * DEFAULT_BUFFER_S))

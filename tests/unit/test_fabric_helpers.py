@@ -53,6 +53,16 @@ def test_host_script_configures_the_hosts_own_interface():
     assert script.count("<<'EOF'") == lines.count("EOF") == 2
     assert sum(line.startswith("neigh replace ") for line in lines) == len(fabric.hosts) - 1
     assert "p1e0-eth" not in script  # never touches the switch side
+    assert "gso_max_size" not in script and "ethtool -K p1e0h1-eth0" in script
+
+
+def test_with_offloads_on_a_hosts_gso_packets_are_a_millisecond_of_its_link():
+    fast = fat_tree(4, host_rate_mbit=100.0)
+    lines = host_script(fast, "p1e0h1", offloads_on=True).splitlines()
+    assert "link set dev p1e0h1-eth0 gso_max_size 12500" in lines
+    assert not any(line.startswith("ethtool") for line in lines)
+    slow = host_script(fat_tree(4, host_rate_mbit=6.0), "p1e0h1", offloads_on=True)
+    assert "gso_max_size 9014" in slow  # 750 bytes a millisecond: one frame
 
 
 def test_a_hosts_nic_gets_its_ports_plan_with_its_impairment_and_no_marking():

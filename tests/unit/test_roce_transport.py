@@ -146,12 +146,16 @@ def test_the_allreduce_program_runs_over_roce_with_the_sum_verified():
 def test_the_allreduce_experiment_passes_the_roce_transport_to_every_rank():
     from testbed.experiments.allreduce.experiment import AllReduceParams, transport_argv
 
-    assert transport_argv("tcp", 50.0, 4, 9000) == []
-    # MTU 9000 carries 4096-byte payloads; 4 channels share a 50 Mbit/s link
-    assert transport_argv("roce", 50.0, 4, 9000) == ["--transport", "roce", "--roce-mtu",
-                                                     "4096", "--roce-rate-mbit", "12.5"]
+    assert transport_argv("tcp", 50.0, 4, 9000, 312_500) == []
+    # MTU 9000 carries 4096-byte payloads; 4 channels share a 50 Mbit/s link; a 312.5 KB
+    # buffer drains in 50 ms at 50 Mbit/s, and the ACK timeout outlasts four drains
+    assert transport_argv("roce", 50.0, 4, 9000, 312_500) == [
+        "--transport", "roce", "--roce-mtu", "4096", "--roce-rate-mbit", "12.5",
+        "--roce-ack-timeout-s", "0.2"]
     # 1500 carries 1024 (+ 60 bytes of headers), not 2048
-    assert transport_argv("roce", 6.0, 1, 1500)[3] == "1024"
+    assert transport_argv("roce", 6.0, 1, 1500, 12_000)[3] == "1024"
+    # a small buffer keeps the verbs default
+    assert transport_argv("roce", 6.0, 1, 1500, 12_000)[-1] == "0.067"
     assert AllReduceParams.model_validate({"transport": "roce"}).transport == "roce"
     with pytest.raises(ValueError):
         AllReduceParams.model_validate({"transport": "udp"})

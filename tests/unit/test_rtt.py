@@ -53,7 +53,40 @@ def test_excess_is_what_neither_idle_nor_the_queues_explain():
     # excess: 12-2-9 = 1, 30-2-10 = 18, 13-2-10 = 1 -> median 1
     assert (r.p50_excess_ms, r.samples) == (1.0, 3)
     assert r.limit_ms == max(MIN_EXCESS_MS, IDLE_SHARE * 2.0)
+    assert (r.p50_explained_ms, r.judged) == (10.0, 3)
     assert excess_summary(None, probes, explained, hops).p50_excess_ms is None
+
+
+def test_without_a_queue_sample_near_a_probe_nothing_is_judged():
+    hops = [Hop(("a",), 8.0)]
+    probes = [(10.0, 12.0), (11.0, 80.0)]
+    r = excess_summary(2.0, probes, [(10.05, 9.0)], hops)
+    # the second probe is a second from any sample: left out rather than charged 80 ms
+    assert (r.judged, r.p50_excess_ms) == (1, 1.0)
+    none = excess_summary(2.0, probes, [], hops)
+    assert none.p50_excess_ms is None and none.limit_ms is None and none.samples == 2
+
+
+def test_a_probe_is_timed_from_when_it_left():
+    """ping -D stamps the reply's arrival; the probe is matched to the queues it met when it
+    left, rtt earlier."""
+    from testbed.measure.rtt import RttProbe
+
+    probe = RttProbe.__new__(RttProbe)
+    probe.t_offset = 1000.0
+    probe._stop = __import__("threading").Event()
+    probe._thread, probe.host_readers = None, []
+
+    class Ping:
+        def terminate(self):
+            pass
+
+        def communicate(self, timeout):
+            return "[1010.500000] 64 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=100 ms\n", ""
+
+    probe.proc = Ping()
+    probe.__exit__(None, None, None)
+    assert probe.probes == [(pytest.approx(10.4), 100.0)]
 
 
 def test_a_probe_delayed_beyond_the_queues_makes_the_run_untrusted():
@@ -64,3 +97,17 @@ def test_a_probe_delayed_beyond_the_queues_makes_the_run_untrusted():
     late = judge(**good, rtt={"p50_excess_ms": 40.0, "limit_ms": 5.0})
     assert not late.trustworthy and "added delay" in late.reasons[0]
     assert [c.outcome for c in late.checks if c.name.startswith("probe RTT")] == ["FAIL"]
+
+
+def test_the_limit_allows_for_the_packet_each_hop_is_sending():
+    from testbed.plan.port_queue import gso_max_bytes, in_service_ms
+
+    # 100 Mbit/s sends 12500 bytes a millisecond: the GSO cap; 6 Mbit/s only 750, so one frame
+    assert gso_max_bytes(100.0, 1500) == 12500 and gso_max_bytes(6.0, 9000) == 9014
+    assert gso_max_bytes(10_000.0, 1500) == 65536 and gso_max_bytes(None, 1500) == 65536
+    assert in_service_ms(100.0, 1500, offloads_on=True) == pytest.approx(1.0)
+    assert in_service_ms(100.0, 1500, offloads_on=False) == pytest.approx(1514 * 8 / 1e5)
+    assert in_service_ms(None, 1500, offloads_on=True) == 0.0
+    hops = [Hop(("a",), 8.0)]
+    r = excess_summary(2.0, [(10.0, 30.0)], [(10.0, 9.0)], hops, in_service_ms=12.0)
+    assert r.limit_ms == MIN_EXCESS_MS + 12.0 and r.in_service_ms == 12.0

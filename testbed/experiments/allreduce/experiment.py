@@ -24,8 +24,10 @@ from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
 from testbed.errors import TestbedError
 from testbed.harness.experiment import Experiment, Params, SetupRun
+from testbed.harness.roce_setups import ack_timeout_s
 from testbed.measure.stats import jain_index
 from testbed.model.verdict import at_least, holds
+from testbed.plan.port_queue import default_buffer_bytes
 from testbed.traffic.collectives.allreduce import PROGRESS_PREFIX, expected_digest
 from testbed.traffic.collectives.cost import ALLREDUCE, algbw_gbyte, busbw_factor
 
@@ -95,7 +97,8 @@ class AllReduce(Experiment):
                         "--iters", str(p.iters), "--expect-sha256", digest,
                         *groups_argv(run.net.fabric, p.algorithm),
                         *transport_argv(p.transport, self.rate_mbit, p.channels,
-                                        run.net.fabric.mtu_bytes)]
+                                        run.net.fabric.mtu_bytes, port_buffer_bytes(run.setup.queue, self.rate_mbit,
+                                                          run.net.fabric.mtu_bytes))]
                 with open(run.workdir / f"rank{rank}.err", "wb") as err:
                     procs.append(run.net.popen(host.name, argv, stdout=subprocess.PIPE,
                                                stderr=err))
@@ -221,14 +224,25 @@ ROCE_PATH_MTUS = (4096, 2048, 1024, 512, 256)
 ROCE_HEADERS_BYTES = 60  # BTH, RETH, ICRC, IPv4 and UDP around a full payload
 
 
-def transport_argv(transport: str, rate_mbit: float, channels: int, mtu_bytes: int) -> list[str]:
+def port_buffer_bytes(queue, rate_mbit: float, mtu_bytes: int) -> int:
+    """A switch port's buffer: the setup's queue's, else the default one."""
+    return queue.buffer_bytes if queue is not None else default_buffer_bytes(rate_mbit,
+                                                                             mtu_bytes)
+
+
+def transport_argv(transport: str, rate_mbit: float, channels: int, mtu_bytes: int,
+                   buffer_bytes: int) -> list[str]:
     """The rank program's transport arguments: nothing for TCP; for RoCE the largest path MTU
-    the fabric's MTU carries and every QP paced at its channel's share of the link."""
+    the fabric's MTU carries, every QP paced at its channel's share of the link, and a local
+    ACK timeout that outlasts the ports' buffers draining (roce_setups.ack_timeout_s: at a
+    few Mbit/s a full buffer is longer than the verbs default, and a QP that times out
+    resends its whole window)."""
     if transport == "tcp":
         return []
     roce_mtu = next(m for m in ROCE_PATH_MTUS if m + ROCE_HEADERS_BYTES <= mtu_bytes)
     return ["--transport", "roce", "--roce-mtu", str(roce_mtu),
-            "--roce-rate-mbit", f"{rate_mbit / channels:g}"]
+            "--roce-rate-mbit", f"{rate_mbit / channels:g}",
+            "--roce-ack-timeout-s", f"{ack_timeout_s(buffer_bytes, rate_mbit):g}"]
 
 
 def groups_argv(fabric, algorithm: str) -> list[str]:

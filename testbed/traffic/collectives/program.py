@@ -73,7 +73,8 @@ def rank_parser(description: str) -> argparse.ArgumentParser:
 
 
 def add_transport_arguments(ap: argparse.ArgumentParser) -> None:
-    """--transport tcp|roce, and the RoCE transport's port, path MTU, pace and window."""
+    """--transport tcp|roce, and the RoCE transport's port, path MTU, pace, window and ACK
+    timeout."""
     ap.add_argument("--transport", choices=TRANSPORTS, default="tcp",
                     help="TCP connections, or RoCE QPs (testbed.traffic.collectives."
                          "roce_transport; needs --hosts)")
@@ -85,6 +86,9 @@ def add_transport_arguments(ap: argparse.ArgumentParser) -> None:
                     help="pace every QP at this rate (default: unpaced)")
     ap.add_argument("--roce-max-outstanding", type=int, default=64,
                     help="RoCE packets in flight per QP")
+    ap.add_argument("--roce-ack-timeout-s", type=float, default=None,
+                    help="every QP's local ACK timeout (default: the verbs default, 67 ms; "
+                         "set it above the fabric's queueing RTT)")
 
 
 def open_transport(args, addresses: dict | None = None, world: int | None = None,
@@ -97,6 +101,7 @@ def open_transport(args, addresses: dict | None = None, world: int | None = None
                              channels=args.channels, roce_port=args.roce_port,
                              mtu_bytes=args.roce_mtu, rate_mbit=args.roce_rate_mbit,
                              max_outstanding=args.roce_max_outstanding,
+                             ack_timeout_s=args.roce_ack_timeout_s,
                              connect_timeout_s=args.connect_timeout_s,
                              io_timeout_s=args.io_timeout_s)
     return TcpTransport(args.rank, len(addresses) if world is None else world, addresses,

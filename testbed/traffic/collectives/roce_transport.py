@@ -106,11 +106,13 @@ class RoceTransport(Transport):
     """RoCE between ranks: ``addresses`` is rank -> (ip, side-channel TCP port) of every
     rank (this one's too); the engine binds this rank's ip and ``roce_port`` (0: any free
     port, for several ranks on one address). ``rate_mbit`` paces every QP (None: unpaced);
-    ``mtu_bytes`` is the RoCE path MTU; ``channels`` QPs per peer, each its own channel."""
+    ``mtu_bytes`` is the RoCE path MTU; ``channels`` QPs per peer, each its own channel;
+    ``ack_timeout_s`` every QP's local ACK timeout (None: the verbs default)."""
 
     def __init__(self, rank: int, world: int, addresses: dict, channels: int = 1,
                  roce_port: int = DEFAULT_ROCE_PORT, mtu_bytes: int = 4096,
                  rate_mbit: float | None = None, max_outstanding: int = 64,
+                 ack_timeout_s: float | None = None,
                  connect_timeout_s: float = CONNECT_TIMEOUT_S,
                  io_timeout_s: float = IO_TIMEOUT_S):
         if not 0 <= rank < world:
@@ -125,7 +127,9 @@ class RoceTransport(Transport):
         self.engine = Engine(EngineConfig(local_ip=ip, port=roce_port, max_idle_wait_s=IDLE_WAIT_S))
         self.pd = ProtectionDomain(self.engine)
         self.cq = CompletionQueue(CQ_DEPTH)
-        self.config = QPConfig(path_mtu_bytes=mtu_bytes, max_outstanding_packets=max_outstanding)
+        timers = {} if ack_timeout_s is None else {"ack_timeout_s": ack_timeout_s}
+        self.config = QPConfig(path_mtu_bytes=mtu_bytes, max_outstanding_packets=max_outstanding,
+                               **timers)
         self.links: dict[tuple[int, int], _Link] = {}
         self.handlers: dict[int, object] = {}   # wr_id -> what its completion does
         self.next_wr = 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -186,3 +185,15 @@ class RankWatch:
         verdict = self.watch.verdict(window, bottleneck=bottleneck,
                                      bandwidth_bound=bandwidth_bound).to_dict()
         return with_generators(verdict, self.cpu.summary())
+
+
+def host_problems(fabric, field: str, needed: int, what: str = "ranks") -> list:
+    """A problem on ``params.<field>`` when ``needed`` ranks (one per host) are more than
+    the fabric's hosts."""
+    from testbed.harness.scenario import Problem
+
+    hosts = len(fabric.hosts)
+    if needed <= hosts:
+        return []
+    return [Problem(("params", field), f"{needed} {what} need {needed} hosts; the fabric has "
+                    f"{hosts}")]

@@ -5,10 +5,10 @@ emulator. A generator whose threads often wanted a core and had to wait for one 
 queued: the scheduler's run delay, /proc/PID/task/TID/schedstat) or whose busiest thread never
 idled (a Python rank holding its interpreter lock the whole time) times itself, not the
 network. ``GeneratorCpu`` samples the processes by PID while they run, each judged over the
-window it measured in; ``generator_summary`` reduces the samples (pure); ``generator_checks`` judges it with named
-tolerances and ``with_generators`` adds those checks to a fidelity verdict
-(testbed.measure.fidelity.Verdict.to_dict()), so the harness counts them in the emulator's
-trust.
+window it measured in; ``generator_summary`` reduces the samples (pure); ``generator_checks``
+judges the result with named tolerances and ``with_generators`` adds those checks to a
+fidelity verdict (testbed.measure.fidelity.Verdict.to_dict()), so the harness counts them in
+the emulator's trust.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from testbed.harness.ranks import (
     Launch,
     RankWatch,
     collect_ranks,
+    host_problems,
     launches,
     parse_rank_output,
     rank_argv,
@@ -144,3 +145,11 @@ def test_the_rank_watch_adds_the_generators_to_the_verdict(tmp_path):
     assert run.watched.asked == ((1.0, 2.0), None, True)  # the window, in sampler seconds
     assert "generators" in fidelity and fidelity["trustworthy"] is True
     assert watch.fidelity()["trustworthy"] is True and run.watched.asked[0] is None
+
+
+def test_more_ranks_than_hosts_is_a_problem_on_the_field():
+    fabric = line(2, 10.0)  # 2 hosts
+    assert host_problems(fabric, "world", 2) == []
+    [problem] = host_problems(fabric, "stages", 3, "stages")
+    assert problem.path == ("params", "stages")
+    assert problem.message == "3 stages need 3 hosts; the fabric has 2"

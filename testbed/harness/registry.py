@@ -12,6 +12,7 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "dctcp": "testbed.experiments.dctcp.experiment:Dctcp",
     "incast": "testbed.experiments.incast.experiment:Incast",
     "pfc-demo": "testbed.experiments.pfc.experiment:PfcDemo",
+    "collectives-sweep": "testbed.experiments.collectives_sweep.experiment:CollectivesSweep",
 }
 
 

@@ -13,6 +13,7 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "incast": "testbed.experiments.incast.experiment:Incast",
     "pfc-demo": "testbed.experiments.pfc.experiment:PfcDemo",
     "collectives-sweep": "testbed.experiments.collectives_sweep.experiment:CollectivesSweep",
+    "data-parallel": "testbed.experiments.data_parallel.experiment:DataParallel",
 }
 
 

@@ -14,6 +14,7 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "pfc-demo": "testbed.experiments.pfc.experiment:PfcDemo",
     "collectives-sweep": "testbed.experiments.collectives_sweep.experiment:CollectivesSweep",
     "data-parallel": "testbed.experiments.data_parallel.experiment:DataParallel",
+    "parameter-server": "testbed.experiments.parameter_server.experiment:ParameterServer",
 }
 
 

@@ -15,6 +15,7 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "collectives-sweep": "testbed.experiments.collectives_sweep.experiment:CollectivesSweep",
     "data-parallel": "testbed.experiments.data_parallel.experiment:DataParallel",
     "parameter-server": "testbed.experiments.parameter_server.experiment:ParameterServer",
+    "tensor-parallel": "testbed.experiments.tensor_parallel.experiment:TensorParallel",
 }
 
 

@@ -16,6 +16,7 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "data-parallel": "testbed.experiments.data_parallel.experiment:DataParallel",
     "parameter-server": "testbed.experiments.parameter_server.experiment:ParameterServer",
     "tensor-parallel": "testbed.experiments.tensor_parallel.experiment:TensorParallel",
+    "pipeline-parallel": "testbed.experiments.pipeline_parallel.experiment:PipelineParallel",
 }
 
 

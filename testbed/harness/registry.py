@@ -17,6 +17,7 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "parameter-server": "testbed.experiments.parameter_server.experiment:ParameterServer",
     "tensor-parallel": "testbed.experiments.tensor_parallel.experiment:TensorParallel",
     "pipeline-parallel": "testbed.experiments.pipeline_parallel.experiment:PipelineParallel",
+    "torch-ddp": "testbed.experiments.torch_ddp.experiment:TorchDdp",
 }
 
 

@@ -18,6 +18,7 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "tensor-parallel": "testbed.experiments.tensor_parallel.experiment:TensorParallel",
     "pipeline-parallel": "testbed.experiments.pipeline_parallel.experiment:PipelineParallel",
     "torch-ddp": "testbed.experiments.torch_ddp.experiment:TorchDdp",
+    "replay": "testbed.experiments.replay.experiment:Replay",
 }
 
 

@@ -2,10 +2,13 @@
 testbed.traffic.training programs), each started in its host's namespace, followed through
 rank 0's progress lines, and collected as the one JSON object each prints.
 
-``rank_argv`` builds a rank's command line (pure); ``start_ranks`` starts them with stdout and
-stderr in files of the setup's folder (``<prefix><rank>.json`` and ``.err``), so a large
-output never fills a pipe; ``collect_ranks`` waits for them and parses their output;
-``run_ranks`` does both, with each process's CPU watched (testbed.measure.generators).
+``rank_argv`` and ``launches`` build the ranks' command lines (pure); ``start_ranks`` starts
+them with stdout and stderr in files of the setup's folder (``<prefix><rank>.json`` and
+``.err``), so a large output never fills a pipe; ``collect_ranks`` waits for them and parses
+their output; ``run_ranks`` does both, with each process's CPU watched
+(testbed.measure.generators). ``RankWatch`` is what a measurement watches around its ranks:
+the emulator (the fidelity Watch) and the generators, judged together by ``fidelity``.
+``host_problems`` refuses more ranks than hosts.
 """
 from __future__ import annotations
 

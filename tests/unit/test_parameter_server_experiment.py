@@ -23,6 +23,7 @@ from testbed.experiments.parameter_server.experiment import (
 )
 from testbed.harness.scenario import ScenarioError, load, validate
 from testbed.plan.profiles import QueueConfig
+from testbed.plan.training import cost_links
 
 SMALL = {"topology": {"name": "spineleaf", "leaves": 2, "spines": 1, "hosts_per_leaf": 3},
          "link_rate_mbit": 6}
@@ -205,3 +206,17 @@ def test_a_short_run_over_loopback(tmp_path, monkeypatch):
     assert (tmp_path / "fabric" / "backlog-async.json").exists()
     checks = {c.name: c.outcome for c in resolved.experiment.checks(results)}
     assert checks["bsp: data verified"] == checks["allreduce: data verified"] == "PASS"
+
+
+def test_the_ranks_arguments():
+    exp = scenario(workers=4, modes=["async"], compute_ms=60, dscp=26).experiment
+    assert exp.ps_args("async") == ["--servers", "2", "--mode", "async", "--model", "resnet50",
+                                    "--scale", "0.002", "--steps", "3", "--compute-ms", "60.0",
+                                    "--seed", "1", "--channels", "1", "--dscp", "26"]
+    fabric = exp.fabric()
+    args = exp.allreduce_args(cost_links(fabric, ["l0h2", "l1h0"]))
+    # the same 60 ms of compute per step, a third forward and two thirds backward
+    assert args[:10] == ["--model", "resnet50", "--scale", "0.002", "--steps", "3",
+                         "--warmup-steps", "0", "--forward-ms", "20.0"]
+    assert args[10:12] == ["--backward-ms", "40.0"]
+    assert args[args.index("--dscp") + 1] == "26"

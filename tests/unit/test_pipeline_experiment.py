@@ -115,3 +115,12 @@ def test_both_schedules_over_loopback(tmp_path):
     assert (tmp_path / "fabric" / "records-1f1b.json").exists()
     outcomes = {c.name: c.outcome for c in resolved.experiment.checks(results)}
     assert outcomes["gpipe: data verified"] == outcomes["1f1b: data verified"] == "PASS"
+
+
+def test_the_ranks_arguments():
+    exp = scenario(micro_batches=6, activation_bytes=8192, forward_ms=30, backward_ms=60,
+                   steps=3).experiment
+    assert exp.rank_args("gpipe") == ["--schedule", "gpipe", "--micro-batches", "6",
+                                      "--activation-bytes", "8192", "--forward-ms", "30.0",
+                                      "--backward-ms", "60.0", "--steps", "3", "--seed", "1",
+                                      "--channels", "1"]

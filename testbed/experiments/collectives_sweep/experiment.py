@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.harness.experiment import Experiment, Params, SetupRun
+from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.harness.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_least, holds, near
@@ -93,10 +93,7 @@ class SweepParams(Params):
     @field_validator("sweeps")
     @classmethod
     def _sweeps(cls, values: list[str]) -> list[str]:
-        parsed = [parse_sweep(v) for v in values]
-        if len(set(parsed)) != len(parsed):
-            raise ValueError(f"lists a sweep twice: {values}")
-        return values
+        return distinct(values, "a sweep", [parse_sweep(v) for v in values])
 
 
 class CollectivesSweep(Experiment):

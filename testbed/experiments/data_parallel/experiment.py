@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.harness.experiment import Experiment, Params, SetupRun
+from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.harness.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_most, holds
@@ -68,16 +68,12 @@ class DataParallelParams(Params):
         if any(v < 2 for v in values):
             raise ValueError(f"each must be at least 2 (one worker has nothing to reduce), got "
                              f"{values}")
-        if len(set(values)) != len(values):
-            raise ValueError(f"lists a count twice: {values}")
-        return sorted(values)
+        return sorted(distinct(values, "a count"))
 
     @field_validator("models")
     @classmethod
     def _models(cls, values: list[str]) -> list[str]:
-        if len(set(values)) != len(values):
-            raise ValueError(f"lists a model twice: {values}")
-        return values
+        return distinct(values, "a model")
 
 
 class DataParallel(Experiment):

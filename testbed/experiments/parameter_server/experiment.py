@@ -30,6 +30,7 @@ from testbed.harness.experiment import (
     Experiment,
     Params,
     SetupRun,
+    distinct,
 )
 from testbed.harness.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
@@ -75,9 +76,7 @@ class ParameterServerParams(Params):
     @field_validator("modes")
     @classmethod
     def _modes(cls, values: list[str]) -> list[str]:
-        if len(set(values)) != len(values):
-            raise ValueError(f"lists a mode twice: {values}")
-        return values
+        return distinct(values, "a mode")
 
 
 def server_port(fabric, host: str) -> str:

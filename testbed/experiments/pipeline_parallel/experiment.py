@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.harness.experiment import Experiment, Params, SetupRun
+from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.harness.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import holds, near
@@ -73,9 +73,7 @@ class PipelineParams(Params):
     @field_validator("schedules")
     @classmethod
     def _schedules(cls, values: list[str]) -> list[str]:
-        if len(set(values)) != len(values):
-            raise ValueError(f"lists a schedule twice: {values}")
-        return values
+        return distinct(values, "a schedule")
 
 
 class PipelineParallel(Experiment):

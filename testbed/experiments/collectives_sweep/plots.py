@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.harness.plots import distinct_styles, legend_outside, pyplot, save
+from testbed.harness.plots import distinct_colours, legend_outside, pyplot, save
 
 GBYTE_TO_MBIT = 8e3
 
@@ -14,7 +14,7 @@ def plot_sweeps(sweeps: dict[str, dict], rate_mbit: float, title: str, path: Pat
     predicted: dashed) with the link rate, and time per iteration against the prediction."""
     plt = pyplot()
     fig, (bw, tm) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
-    for (name, s), (colour, _) in zip(sweeps.items(), distinct_styles(len(sweeps))):
+    for (name, s), colour in zip(sweeps.items(), distinct_colours(len(sweeps))):
         sizes = [r["size_bytes"] for r in s["rows"]]
         bw.plot(sizes, [r["busbw_mbit_s"] for r in s["rows"]], "o-", color=colour, ms=3,
                 label=f"{name} measured")

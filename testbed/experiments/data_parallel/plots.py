@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.harness.plots import distinct_styles, legend_outside, pyplot, save
+from testbed.harness.plots import distinct_colours, legend_outside, pyplot, save
 
 
 def plot_scaling(runs: list[dict], title: str, path: Path) -> Path:
     plt = pyplot()
     fig, (steps, shares) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
     models = list(dict.fromkeys(x["model"] for x in runs))
-    for model, (colour, _) in zip(models, distinct_styles(len(models))):
+    for model, colour in zip(models, distinct_colours(len(models))):
         mine = [x for x in runs if x["model"] == model]
         workers = [x["workers"] for x in mine]
         steps.plot(workers, [x["step_s"] for x in mine], "o-", color=colour,

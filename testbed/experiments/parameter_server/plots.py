@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.harness.plots import distinct_styles, legend_outside, pyplot, save
+from testbed.harness.plots import distinct_colours, legend_outside, pyplot, save
 
 
 def plot_backlog(series: dict[str, dict], title: str, path: Path) -> Path:
@@ -14,9 +14,9 @@ def plot_backlog(series: dict[str, dict], title: str, path: Path) -> Path:
     for ax, (mode, s) in zip(axes[:, 0], series.items()):
         t0 = s["t_s"][0] if s["t_s"] else 0.0
         ports = s["backlog_bytes"]
-        for (intf, values), (colour, style) in zip(ports.items(), distinct_styles(len(ports))):
+        for (intf, values), colour in zip(ports.items(), distinct_colours(len(ports))):
             ax.plot([t - t0 for t in s["t_s"]], [v / 1000 for v in values], color=colour,
-                    linestyle=style, lw=0.8, label=intf)
+                    lw=0.8, label=intf)
         ax.set_ylabel("backlog (KB)")
         ax.set_ylim(bottom=0)
         ax.set_title(f"{mode}: the queue at each port into a server (real qdisc backlog)",
@@ -31,7 +31,7 @@ def plot_comparison(phases: dict[str, dict], title: str, path: Path) -> Path:
     """Step time and the busiest link's bytes per step, one bar per phase."""
     plt = pyplot()
     names = list(phases)
-    colours = [c for c, _ in distinct_styles(len(names))]
+    colours = distinct_colours(len(names))
     fig, (steps, links) = plt.subplots(1, 2, figsize=(11, 4))
     steps.bar(names, [phases[n]["step_s"] for n in names], color=colours)
     steps.set_ylabel("step time (s)")

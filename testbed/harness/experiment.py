@@ -49,6 +49,15 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def distinct(values: list, what: str = "a value", keys: list | None = None) -> list:
+    """``values`` unchanged, or a ValueError (a Params validator's message) when one of them
+    (compared by ``keys`` where given) is listed twice."""
+    keys = values if keys is None else keys
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"lists {what} twice: {values}")
+    return values
+
+
 @dataclass(frozen=True)
 class Setup:
     """One fabric an experiment brings up and measures on, as plain data."""

@@ -30,6 +30,13 @@ def distinct_styles(n: int) -> list[tuple]:
             for i in range(n)]
 
 
+def distinct_colours(n: int) -> list[tuple]:
+    """``n`` colours of clearly different hues (tab10's, repeating after 10): for a few
+    series, where ``distinct_styles``' neighbouring light and dark shades look alike."""
+    colours = pyplot().get_cmap("tab10").colors
+    return [colours[i % len(colours)] for i in range(n)]
+
+
 def legend_outside(ax, **kwargs) -> None:
     """The legend to the right of the axes, never over the data."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kwargs)

@@ -16,6 +16,13 @@ EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "modu
     "roce-dcqcn": "testbed.experiments.roce_dcqcn.experiment:RoceDcqcn",
     "roce-incast-pfc": "testbed.experiments.roce_incast_pfc.experiment:RoceIncastPfc",
     "roce-dctcp": "testbed.experiments.roce_dctcp.experiment:RoceDctcp",
+    "collectives-sweep": "testbed.experiments.collectives_sweep.experiment:CollectivesSweep",
+    "data-parallel": "testbed.experiments.data_parallel.experiment:DataParallel",
+    "parameter-server": "testbed.experiments.parameter_server.experiment:ParameterServer",
+    "tensor-parallel": "testbed.experiments.tensor_parallel.experiment:TensorParallel",
+    "pipeline-parallel": "testbed.experiments.pipeline_parallel.experiment:PipelineParallel",
+    "torch-ddp": "testbed.experiments.torch_ddp.experiment:TorchDdp",
+    "replay": "testbed.experiments.replay.experiment:Replay",
 }
 
 

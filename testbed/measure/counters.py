@@ -57,6 +57,12 @@ def queue_drops(qdiscs: Qdiscs) -> int:
     return _sum(qdiscs, Handles.any_buffer(), "drops")
 
 
+def port_queue_drops(qdiscs: Qdiscs, intfs) -> dict[str, int]:
+    """Packets dropped so far by the buffers of each port in ``intfs`` (``queue_drops``
+    for one interface at a time)."""
+    return {intf: queue_drops([q for q in qdiscs if q.get("dev") == intf]) for intf in intfs}
+
+
 def lossless_drops(qdiscs: Qdiscs, queue: QueueConfig) -> int:
     """Packets dropped by ``queue``'s lossless-class queues (PFC must keep this at 0)."""
     return _sum(qdiscs, Handles.lossless(queue), "drops")

@@ -15,13 +15,16 @@ Based Flow Control" (802.1Qbb PFC) with the class-enable vector and the eight pa
 """
 from __future__ import annotations
 
-import re
 import subprocess
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.errors import ConfigError, TestbedError
+from testbed.measure.capture import (  # noqa: F401 (tcpdump_stats: read with the captures)
+    HostCapture,
+    capture_argv,
+    tcpdump_stats,
+)
 from testbed.model.topology.base import Fabric
 from testbed.model.verdict import Check, holds, near
 from testbed.plan.pfc_frames import PFC_ETHERTYPE, PFC_OPCODE
@@ -30,15 +33,10 @@ from testbed.plan.profiles import PFC_CLASSES
 CAPTURE_FILE = "pause-frames.pcap"
 CAPTURE_LOG = "pause-capture.log"
 AGENT_COUNTERS = ("xoff_sent", "xon_sent", "frames_received", "pauses", "paused_s", "storms")
-LISTENING = "listening on"  # tcpdump's line once the capture is open
-START_TIMEOUT_S = 10.0
-START_POLL_S = 0.05
-STOP_TIMEOUT_S = 10.0
 TSHARK_TIMEOUT_S = 120.0
 MAC_CONTROL = "macc"  # tshark's name of the MAC Control protocol
 TSHARK_FIELDS = ("frame.protocols", "eth.src", "macc.opcode", "macc.cbfc.enbv",
                  *(f"macc.cbfc.pause_time.c{p}" for p in range(PFC_CLASSES)))
-TCPDUMP_STAT = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by kernel)")
 # Named tolerance. The capture and the pause agent count the same frames on the same link (the
 # agent as it sends them, tcpdump as they arrive), over a window that starts and ends with no
 # queue congested: any difference is a frame lost on the link or by the capture.
@@ -89,67 +87,19 @@ def capture_point(fabric: Fabric, receiver: str) -> CapturePoint:
 def tcpdump_argv(interface: str, path: Path) -> list[str]:
     """tcpdump writing every MAC Control frame arriving on ``interface`` to ``path``, each as
     it comes (-U), so a stop by signal loses none."""
-    return ["tcpdump", "-i", interface, "-U", "-w", str(path), "ether", "proto",
-            f"{PFC_ETHERTYPE:#06x}"]
+    return capture_argv(interface, path, ["ether", "proto", f"{PFC_ETHERTYPE:#06x}"])
 
 
-def tcpdump_stats(text: str) -> dict[str, int]:
-    """tcpdump's closing counts (``N packets captured``, ``received by filter``, ``dropped
-    by kernel``) from its standard error, keyed captured / received / kernel_dropped."""
-    keys = {"captured": "captured", "received by filter": "received",
-            "dropped by kernel": "kernel_dropped"}
-    stats = {}
-    for line in text.splitlines():
-        match = TCPDUMP_STAT.match(line.strip())
-        if match:
-            stats[keys[match.group(2)]] = int(match.group(1))
-    return stats
-
-
-class PauseCapture:
+class PauseCapture(HostCapture):
     """tcpdump on ``point``'s host NIC, in the host's namespace, while the block runs; the
     frames go to ``folder``/pause-frames.pcap and tcpdump's messages beside it. Entering waits
     until tcpdump listens; leaving stops it (SIGTERM) and reads its closing counts."""
 
     def __init__(self, net, point: CapturePoint, folder: Path):
-        self.net = net
+        path = folder / CAPTURE_FILE
+        super().__init__(net, point.host, tcpdump_argv(point.interface, path.absolute()), path,
+                         folder / CAPTURE_LOG)
         self.point = point
-        self.path = folder / CAPTURE_FILE
-        self.log_path = folder / CAPTURE_LOG
-        self.proc = None
-        self.stats: dict[str, int] = {}
-
-    def __enter__(self) -> PauseCapture:
-        with open(self.log_path, "wb") as log:
-            self.proc = self.net.popen(self.point.host,
-                                       tcpdump_argv(self.point.interface, self.path.absolute()),
-                                       stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while LISTENING not in self.log_path.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise TestbedError(f"tcpdump on {self.point.host} ({self.point.interface}) did "
-                                   f"not start: {self._log_tail()}")
-            time.sleep(START_POLL_S)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.stats = tcpdump_stats(self.log_path.read_text(errors="replace"))
-
-    def _log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace").strip()[-300:] or "no message"
 
 
 # --- tshark ---------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from testbed.experiments.allreduce.experiment import (
     AllReduceParams,
     ecmp_spread,
-    rank0_progress,
     summarise,
 )
+from testbed.harness.ranks import rank_progress
 from testbed.measure.stats import jain_index
 from testbed.measure.telemetry import link_directions
 from testbed.model.topology.fattree import fat_tree
@@ -140,9 +140,9 @@ def test_summary_takes_the_slowest_rank_per_iteration():
 
 def test_rank0_progress_reads_its_progress_lines(tmp_path):
     path = tmp_path / "rank0.err"
-    assert rank0_progress(path) == 0  # not written yet
+    assert rank_progress(path) == 0  # not written yet
     path.write_text("warning: something\n" + "".join(
         f"progress {json.dumps({'done': i, 'of': 4})}\n" for i in (1, 2)))
-    assert rank0_progress(path) == 2
+    assert rank_progress(path) == 2
 
 

@@ -262,6 +262,8 @@ def test_sweep_program_runs_four_ranks_over_tcp(op, algorithm):
     assert [r["size_bytes"] for r in head["results"]] == sizes
     for row in head["results"]:
         assert row["time_us"] > 0 and row["predicted_us"] > 0
+        start, end = row["window_monotonic_s"]  # every rank's timed iterations of the size
+        assert head["timed_window_monotonic_s"][0] <= start < end
         assert row["busbw_mbit_s"] == pytest.approx(row["busbw_gbyte_s"] * 8000)
     assert head["cost_model"]["source"].startswith("calibrated")
     assert len(head["table"].splitlines()) == 2 + len(sizes)

@@ -9,6 +9,7 @@ from testbed.measure.counters import (
     impairment_drops,
     lossless_drops,
     parse_qdiscs,
+    port_queue_drops,
     queue_drops,
     queued_packets,
     read_interface_counters,
@@ -55,6 +56,11 @@ def test_parse_qdiscs_of_nothing():
 def test_drops_count_the_buffers_once():
     assert queue_drops(QDISCS) == 7 + (9 + 2 + 1) + 3
     assert queue_drops([]) == 0
+
+
+def test_drops_per_port():
+    assert port_queue_drops(QDISCS, ["p0e0-eth1", "l0-eth1", "l0-eth4", "l0-eth9"]) == {
+        "p0e0-eth1": 7, "l0-eth1": 9 + 2 + 1, "l0-eth4": 3, "l0-eth9": 0}
 
 
 def test_lossless_drops_count_only_the_lossless_queues():

@@ -271,3 +271,14 @@ def test_the_schedule_stops_with_the_workload_and_records_failures():
     assert schedule.applied == [{"at_s": 0.0, "event": "link_down a-b",
                                  "error": "no such interface"}]
     assert net.calls == []  # the switch event never came: the block ended first
+
+
+def test_a_list_parameter_refuses_a_value_twice():
+    from testbed.harness.experiment import distinct
+
+    assert distinct([2, 4]) == [2, 4]
+    with pytest.raises(ValueError, match=r"lists a mode twice: \['bsp', 'bsp'\]"):
+        distinct(["bsp", "bsp"], "a mode")
+    # compared by keys: two spellings of one sweep
+    with pytest.raises(ValueError, match="lists a sweep twice"):
+        distinct(["allreduce", "allreduce:ring"], "a sweep", [("allreduce", "ring")] * 2)

@@ -68,3 +68,6 @@ def test_server_and_worker_programs_over_tcp(mode):
     if mode == "bsp":
         assert len(results[0]["applied_s"]) == steps
     assert results[0]["wrong_total"] == 0 and len(results[0]["job_step_s"]) == steps
+    for r in results:
+        start, end = r["timed_window_monotonic_s"]
+        assert end - start >= steps * 0.010  # every step's compute at least

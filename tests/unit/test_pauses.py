@@ -16,6 +16,7 @@ from scapy.utils import wrpcap
 
 from testbed import errors
 from testbed.errors import ConfigError
+from testbed.measure.capture import HostCapture, capture_argv
 from testbed.measure.pauses import (
     CAPTURE_FILE,
     CAPTURE_TOLERANCE_FRAMES,
@@ -263,3 +264,13 @@ def test_capture_checks_pass_when_every_frame_decodes_and_the_counts_agree():
 def test_capture_checks_fail_on_what_does_not_add_up(frames, pfc_frames, agent_sent, outcomes):
     checks = capture_checks(record(frames, pfc_frames, agent_sent), "pfc")
     assert [c.outcome for c in checks] == outcomes
+
+
+def test_a_capture_of_other_packets_counts_and_cuts_them(tmp_path):
+    assert capture_argv("h0-eth0", tmp_path / "s.pcap", ["tcp"], 300, 128) == [
+        "tcpdump", "-i", "h0-eth0", "-U", "-w", str(tmp_path / "s.pcap"), "-c", "300", "-s",
+        "128", "tcp"]
+    net = FakeNet(FAKE_TCPDUMP)
+    with HostCapture(net, "h0", ["tcpdump"], tmp_path / "s.pcap", tmp_path / "s.log") as capture:
+        assert capture.proc.poll() is None
+    assert capture.stats["captured"] == 7 and net.calls == [("h0", ["tcpdump"])]

@@ -134,3 +134,6 @@ def test_pipeline_program_over_tcp(tmp_path):
     assert len(head["records"]) == 2 * stages * micro_batches
     assert png.exists()
     assert [res["peak_in_flight"] for _, res in out] == [4, 3, 2, 1]
+    for _, res in out:  # each stage measured from its first flush's barrier to the end
+        start, end = res["timed_window_monotonic_s"]
+        assert start <= min(r["start_s"] for r in head["records"]) and end > start

@@ -51,3 +51,10 @@ def test_rates_over_time_and_utilisation_by_tier(tmp_path):
     util = {label: 0.5 for label in labels}
     path = plot_utilisation(util, fabric, TITLE, tmp_path / "u.png")
     assert path.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_few_series_get_clearly_different_hues():
+    from testbed.harness.plots import distinct_colours
+
+    colours = distinct_colours(12)
+    assert len(set(colours[:10])) == 10 and colours[10] == colours[0]

@@ -131,4 +131,6 @@ def test_replay_program_over_tcp_on_a_ddp_trace(tmp_path):
     head = out[0][1]
     assert head["verified"] and head["corrupt_total"] == 0
     assert head["comparison"]["compared"] == len(messages)
+    start, end = head["timed_window_monotonic_s"]
+    assert end - start >= head["comparison"]["replayed_completion_s"]
     assert load_trace([merged]) == messages

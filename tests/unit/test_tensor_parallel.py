@@ -53,3 +53,5 @@ def test_tensor_parallel_program_over_tcp():
             assert step["compute_s"] >= layers * (fwd_ms + bwd_ms) / 1e3
             assert step["comm_s"] > 0
         assert res["predicted_step_s"] > layers * (fwd_ms + bwd_ms) / 1e3
+        start, end = res["timed_window_monotonic_s"]  # the measured steps, not the warm-up
+        assert end - start == pytest.approx(sum(s["step_s"] for s in res["steps"]), rel=0.5)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -22,18 +21,17 @@ from pydantic import Field, field_validator
 
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
-from testbed.errors import TestbedError
 from testbed.harness.experiment import Experiment, Params, SetupRun
+from testbed.harness.ranks import collect_ranks
 from testbed.harness.roce_setups import ack_timeout_s
 from testbed.measure.stats import jain_index
 from testbed.model.verdict import at_least, holds
 from testbed.plan.port_queue import default_buffer_bytes
-from testbed.traffic.collectives.allreduce import PROGRESS_PREFIX, expected_digest
+from testbed.plan.training import groups_argument, node_groups
+from testbed.traffic.collectives.allreduce import expected_digest
 from testbed.traffic.collectives.cost import ALLREDUCE, algbw_gbyte, busbw_factor
 
 RANK_PORT = 29500
-RANK_TIMEOUT_S = 600.0
-POLL_S = 0.5
 ALGORITHMS = ("ring", "hd", "tree", "hierarchical")
 
 
@@ -102,7 +100,8 @@ class AllReduce(Experiment):
                 with open(run.workdir / f"rank{rank}.err", "wb") as err:
                     procs.append(run.net.popen(host.name, argv, stdout=subprocess.PIPE,
                                                stderr=err))
-            results = collect_ranks(procs, run.workdir, run.progress, p.warmup + p.iters)
+            results = collect_ranks(procs, run.workdir, run.progress, p.warmup + p.iters,
+                                    "AllReduce iterations")
         summary = summarise(results, p.size_bytes, self.rate_mbit)
         summary["transport"] = p.transport
         window = watch.window_s(*summary["timed_window_monotonic_s"])
@@ -193,33 +192,6 @@ class AllReduce(Experiment):
         return paths
 
 
-def collect_ranks(procs, workdir: Path, progress, iterations: int) -> list[dict]:
-    """Every rank's JSON result, following rank 0's progress lines meanwhile; a rank that
-    fails or outlives RANK_TIMEOUT_S is an error naming it."""
-    deadline = time.monotonic() + RANK_TIMEOUT_S
-    with progress.phase("AllReduce iterations", total=iterations) as phase:
-        while any(p.poll() is None for p in procs):
-            phase.update(rank0_progress(workdir / "rank0.err"))
-            if time.monotonic() > deadline:
-                waiting = [r for r, p in enumerate(procs) if p.poll() is None]
-                raise TestbedError(f"ranks {waiting[:4]} did not finish in "
-                                   f"{RANK_TIMEOUT_S:.0f} s")
-            time.sleep(POLL_S)
-        phase.update(rank0_progress(workdir / "rank0.err"))
-    results = []
-    for rank, proc in enumerate(procs):
-        out, _ = proc.communicate()
-        (workdir / f"rank{rank}.json").write_bytes(out)
-        if proc.returncode not in (0, 1) or not out.strip():
-            tail = (workdir / f"rank{rank}.err").read_text()[-400:].strip()
-            raise TestbedError(f"rank {rank} failed (exit {proc.returncode}): {tail}")
-        result = json.loads(out)
-        if "error" in result:
-            raise TestbedError(f"rank {rank} failed: {result['error']}")
-        results.append(result)
-    return results
-
-
 ROCE_PATH_MTUS = (4096, 2048, 1024, 512, 256)
 ROCE_HEADERS_BYTES = 60  # BTH, RETH, ICRC, IPv4 and UDP around a full payload
 
@@ -250,23 +222,7 @@ def groups_argv(fabric, algorithm: str) -> list[str]:
     on other fabrics, of each edge switch), leader first, in rank order."""
     if algorithm != "hierarchical":
         return []
-    hosts = [h.name for h in fabric.hosts]
-    groups: dict[str, list[int]] = {}
-    for rank, name in enumerate(hosts):
-        switch, _ = fabric.host_attachment(name)
-        groups.setdefault(switch, []).append(rank)
-    return ["--groups", "/".join(",".join(map(str, g)) for g in groups.values())]
-
-
-def rank0_progress(path: Path) -> int:
-    """Iterations rank 0 has finished, from its progress lines."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return 0
-    done = [json.loads(line[len(PROGRESS_PREFIX):])["done"] for line in lines
-            if line.startswith(PROGRESS_PREFIX)]
-    return max(done, default=0)
+    return ["--groups", groups_argument(node_groups(fabric, [h.name for h in fabric.hosts]))]
 
 
 def summarise(results: list[dict], size_bytes: int, rate_mbit: float) -> dict:

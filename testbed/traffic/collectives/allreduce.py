@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 import time
 
@@ -32,6 +31,7 @@ from testbed.traffic.collectives.program import (
     add_collective_arguments,
     add_transport_arguments,
     parse_hosts,
+    report_progress,
     run_program,
 )
 from testbed.traffic.collectives.runner import PreparedCollective
@@ -67,9 +67,6 @@ def parse_args(argv):
         if args.algo != "ring":
             ap.error(f"--algo {args.algo} needs every rank's address (--hosts)")
     return args
-
-
-PROGRESS_PREFIX = "progress "  # rank 0's stderr lines: progress {"done": i, "of": n}
 
 
 def expected_digest(world: int, size_bytes: int, seed: int) -> str:
@@ -109,9 +106,7 @@ def body(argv) -> dict:
                     verified = False
                     wrong = max(wrong, coll.wrong())
                 if args.rank == 0:  # the orchestrator follows these lines (its progress)
-                    print(PROGRESS_PREFIX + json.dumps({"done": it + 1,
-                                                        "of": args.warmup + args.iters}),
-                          file=sys.stderr, flush=True)
+                    report_progress(it + 1, args.warmup + args.iters)
         timed_end = time.monotonic()
         tcp, _ = session.finish()
         roce = transport.stats()["engine"] if args.transport == "roce" else None

@@ -1,7 +1,7 @@
 """What every host program shares: the rank and address arguments, the TCP transport, the
 cost-model arguments (or a calibration), TCP counters, small gathers to rank 0, and the
 one-JSON-object output with its exit status (0 when the data verified, 1 when not or on an
-error, reported as {"error": ...}).
+error, reported as {"error": ...}), and rank 0's progress lines on stderr.
 """
 from __future__ import annotations
 
@@ -261,6 +261,14 @@ def tcp_counters() -> dict[str, int]:
 def tcp_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {"tcp_out_segs": after["OutSegs"] - before["OutSegs"],
             "tcp_retrans_segs": after["RetransSegs"] - before["RetransSegs"]}
+
+
+PROGRESS_PREFIX = "progress "  # rank 0's stderr lines: progress {"done": i, "of": n}
+
+
+def report_progress(done: int, of: int) -> None:
+    """One progress line on stderr, which the orchestrator follows (rank 0 writes them)."""
+    print(PROGRESS_PREFIX + json.dumps({"done": done, "of": of}), file=sys.stderr, flush=True)
 
 
 def emit(obj: dict) -> None:

@@ -8,7 +8,9 @@ the mean over ranks of each rank's time per iteration (nccl-tests' default -a 1)
 S/t, busbw = algbw times the collective's factor. Beside each measurement, the alpha-beta
 prediction (--link-rate-mbit/--alpha-us, or a calibration between ranks 0 and 1); with
 --algo auto the cheapest algorithm by that model runs. Rank 0 prints the whole sweep as one
-JSON object (with the nccl-tests table as text); the other ranks print their own part.
+JSON object (with the nccl-tests table as text, and each size's timed window in
+CLOCK_MONOTONIC); the other ranks print their own part. Rank 0 reports each size done on
+stderr (progress lines).
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from testbed.traffic.collectives.program import (
     links_json,
     parse_size,
     rank_parser,
+    report_progress,
     run_program,
 )
 from testbed.traffic.collectives.runner import PreparedCollective
@@ -121,8 +124,9 @@ def run_sweep(args, session: RankSession) -> dict:
     model_kwargs = {"slice_bytes": args.slice_bytes, "groups": args.groups, "intra": intra}
     mine = []
     timed_start = None
+    all_sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
     with Executor(transport) as executor:
-        for size in sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor):
+        for done, size in enumerate(all_sizes, 1):
             sizes = op_sizes(args.op, size, world)
             if args.algo == AUTO:
                 algorithm, predicted = choose(args.op, world, sizes.size_bytes, link,
@@ -139,7 +143,8 @@ def run_sweep(args, session: RankSession) -> dict:
                 timed_start = t0 if timed_start is None else timed_start
                 for _ in range(args.iters):
                     coll.run()
-                elapsed_s = (time.monotonic() - t0) / max(args.iters, 1)
+                t1 = time.monotonic()
+                elapsed_s = (t1 - t0) / max(args.iters, 1)
                 wrong = 0
                 if args.check:
                     coll.reset()
@@ -147,7 +152,10 @@ def run_sweep(args, session: RankSession) -> dict:
                     coll.run()
                     wrong = coll.wrong()
             mine.append({"size_bytes": sizes.size_bytes, "algorithm": algorithm,
-                         "predicted_s": predicted, "time_s": elapsed_s, "wrong": wrong})
+                         "predicted_s": predicted, "time_s": elapsed_s, "wrong": wrong,
+                         "window_monotonic_s": [t0, t1]})
+            if transport.rank == 0:
+                report_progress(done, len(all_sizes))
         timed_end = time.monotonic()
     summary = {"rank": transport.rank, "sizes": mine, "wrong_total": sum(m["wrong"] for m in mine),
                "timed_window_monotonic_s": [timed_start, timed_end]}
@@ -157,9 +165,12 @@ def run_sweep(args, session: RankSession) -> dict:
     rows = []
     for i, m in enumerate(mine):
         sizes = op_sizes(args.op, m["size_bytes"], world)
-        rows.append(result_row(args.op, world, sizes, m["algorithm"], args.root,
-                               [s["sizes"][i]["time_s"] for s in everyone],
-                               sum(s["sizes"][i]["wrong"] for s in everyone), m["predicted_s"]))
+        row = result_row(args.op, world, sizes, m["algorithm"], args.root,
+                         [s["sizes"][i]["time_s"] for s in everyone],
+                         sum(s["sizes"][i]["wrong"] for s in everyone), m["predicted_s"])
+        windows = [s["sizes"][i]["window_monotonic_s"] for s in everyone]
+        row["window_monotonic_s"] = [min(w[0] for w in windows), max(w[1] for w in windows)]
+        rows.append(row)
     wrong_total = sum(r["wrong"] for r in rows)
     return {"rank": 0, "world": world, "op": args.op, "algorithm": args.algo,
             "channels": args.channels, "slice_bytes": args.slice_bytes,

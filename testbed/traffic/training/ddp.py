@@ -33,6 +33,7 @@ from testbed.traffic.collectives.program import (
     cost_links,
     links_json,
     rank_parser,
+    report_progress,
     run_program,
 )
 from testbed.traffic.collectives.runner import PreparedCollective
@@ -248,6 +249,8 @@ def body(argv) -> dict:
                     wrong += sum(coll.wrong() for coll in colls)
                     if step >= args.warmup_steps:
                         steps.append(result)
+                    if args.rank == 0:
+                        report_progress(step + 1, args.warmup_steps + args.steps)
                 timed_end = time.monotonic()
             finally:
                 for coll in colls:

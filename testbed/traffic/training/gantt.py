@@ -33,7 +33,7 @@ def plot_gantt(records, path, title: str = "") -> None:
     ax.set_title(title)
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=FORWARD_COLOUR, label="forward"),
                        plt.Rectangle((0, 0), 1, 1, color=BACKWARD_COLOUR, label="backward")],
-              loc="upper right", fontsize=8)
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

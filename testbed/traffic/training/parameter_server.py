@@ -195,6 +195,7 @@ def body(argv) -> dict:
             raise ValueError(f"{inner.world} ranks leave no worker beside {args.servers} servers")
         recorder = RecordingTransport(inner, origin_s=0.0)
         inner.barrier()
+        timed_start = time.monotonic()
         if args.rank < args.servers:
             role = "server"
             result = serve(recorder, args.rank, workers, elems[args.rank], args.steps, args.mode, args.seed)
@@ -202,6 +203,7 @@ def body(argv) -> dict:
             role = "worker"
             result = work(recorder, args.rank - args.servers, args.servers, elems, args.steps, args.mode,
                           args.seed, args.compute_ms / 1e3, args.compute)
+        timed_end = time.monotonic()
         tcp, everyone = session.finish({"role": role, "wrong": result["wrong"],
                                         "steps": result.get("steps", [])})
     out = {"rank": args.rank, "role": role, "mode": args.mode, "servers": args.servers,
@@ -209,7 +211,8 @@ def body(argv) -> dict:
            "shard_bytes": [s.size_bytes for s in shards], "shard_message_bytes": [n * 4 for n in elems],
            "shard_imbalance": imbalance(shards), **result,
            "bytes_per_peer": {str(k): v for k, v in recorder.bytes_per_peer().items()},
-           "verified": result["wrong"] == 0, **tcp}
+           "verified": result["wrong"] == 0,
+           "timed_window_monotonic_s": [timed_start, timed_end], **tcp}
     if everyone is not None:
         worker_steps = [r["steps"] for r in everyone if r["role"] == "worker"]
         out["job_step_s"] = [max(w[i]["step_s"] for w in worker_steps) for i in range(args.steps)]

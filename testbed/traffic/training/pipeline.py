@@ -30,7 +30,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from testbed.traffic.collectives.data import rank_data
-from testbed.traffic.collectives.program import RankSession, parse_size, rank_parser, run_program
+from testbed.traffic.collectives.program import (
+    RankSession,
+    parse_size,
+    rank_parser,
+    report_progress,
+    run_program,
+)
 from testbed.traffic.collectives.transport import Transport
 from testbed.traffic.training.compute import add_compute_argument, compute
 from testbed.traffic.training.gantt import plot_gantt
@@ -243,15 +249,20 @@ def body(argv) -> dict:
         schedule = SCHEDULES[args.schedule](stages, args.micro_batches)
         ops = schedule[transport.rank]
         steps, wrong = [], 0
+        timed_start = time.monotonic()
         for _ in range(args.steps):
             transport.barrier()
             records, bad = run_stage(transport, ops, forward_s, backward_s, elems, args.seed, args.compute)
             wrong += bad
             steps.append([asdict(r) for r in records])
+            if args.rank == 0:
+                report_progress(len(steps), args.steps)
+        timed_end = time.monotonic()
         tcp, everyone = session.finish({"steps": steps})
     out = {"rank": args.rank, "stage": args.rank, "schedule": args.schedule, "stages": stages,
            "micro_batches": args.micro_batches, "activation_bytes": elems * 4,
-           "peak_in_flight": peak_in_flight(ops), "wrong": wrong, "verified": wrong == 0, **tcp}
+           "peak_in_flight": peak_in_flight(ops), "wrong": wrong, "verified": wrong == 0,
+           "timed_window_monotonic_s": [timed_start, timed_end], **tcp}
     if everyone is None:
         return out
     predicted = simulate_pipeline(schedule, forward_s, backward_s)

@@ -8,7 +8,8 @@ it completed). ``merge_events`` pairs the k-th send from a to b with the k-th re
 from a, and makes times relative to the first send: the trace, one line per message
 {"t_s", "src", "dst", "bytes", "tag", "done_s"}.
 
-Replaying (``python -m testbed.traffic.training.replay --trace ...`` in every rank): rank 0
+Replaying (``python -m testbed.traffic.training.replay --trace ...`` in every rank): every
+rank connects to the ranks it exchanges messages with, rank 0
 sets a start time on the machine's monotonic clock and sends it to every rank, then each rank
 sends its messages at start + t_s (later if the previous message to the
 same peer is still going: per-pair order is kept), with one sender and one receiver thread
@@ -106,6 +107,13 @@ def pair_order(messages: list[TraceMessage]) -> dict[tuple[int, int], list[int]]
     return dict(order)
 
 
+def partners(messages: list[TraceMessage], rank: int) -> list[int]:
+    """The ranks ``rank`` sends to or receives from in the trace (a symmetric relation, so
+    every pair dials each other before the replay starts)."""
+    return sorted({m.dst for m in messages if m.src == rank} |
+                  {m.src for m in messages if m.dst == rank})
+
+
 def payload(index: int, size_bytes: int) -> np.ndarray:
     return np.full(size_bytes, index % PATTERN_MODULUS, dtype=np.uint8)
 
@@ -191,12 +199,16 @@ def body(argv) -> dict:
     if args.rank == 0 and args.write_merged:
         write_trace(Path(args.write_merged), messages)
     with RankSession(args) as session:
+        # every connection open before the common start, so no message waits for a dial
+        session.transport.connect(partners(messages, args.rank))
         mine = replay(session.transport, messages, args.speed)
+        timed_end = time.monotonic()
         tcp, everyone = session.finish({"done": mine["done"], "corrupt": mine["corrupt"],
                                         "max_lateness_s": max(mine["sent"].values(), default=0.0)})
     out = {"rank": args.rank, "sent": len(mine["sent"]), "received": len(mine["done"]),
            "corrupt": mine["corrupt"], "max_send_lateness_s": max(mine["sent"].values(), default=0.0),
-           "verified": not mine["corrupt"], **tcp}
+           "verified": not mine["corrupt"],
+           "timed_window_monotonic_s": [mine["start_monotonic_s"], timed_end], **tcp}
     if everyone is not None:
         done = {int(i): t for r in everyone for i, t in r["done"].items()}
         corrupt = sum(len(r["corrupt"]) for r in everyone)

@@ -26,6 +26,7 @@ from testbed.traffic.collectives.program import (
     cost_links,
     links_json,
     rank_parser,
+    report_progress,
     run_program,
 )
 from testbed.traffic.collectives.runner import PreparedCollective
@@ -103,12 +104,15 @@ def body(argv) -> dict:
             colls = [PreparedCollective(executor, sizes, args.algo, args.seed + i, args.slice_bytes,
                                         groups=args.groups)
                      for i in range(len(plan))]
+            timed_start = None
             try:
                 for step in range(args.warmup_steps + args.steps):
                     for coll in colls:
                         coll.reset()
                     transport.barrier()
                     t0 = time.monotonic()
+                    if step == args.warmup_steps:
+                        timed_start = t0
                     comm_s = 0.0
                     for entry, coll in zip(plan, colls):
                         compute(half_forward_s if entry.phase == FORWARD else half_backward_s, args.compute)
@@ -119,9 +123,12 @@ def body(argv) -> dict:
                     wrong += sum(coll.wrong() for coll in colls)
                     if step >= args.warmup_steps:
                         steps.append({"step_s": step_s, "comm_s": comm_s, "compute_s": step_s - comm_s})
+                    if args.rank == 0:
+                        report_progress(step + 1, args.warmup_steps + args.steps)
             finally:
                 for coll in colls:
                     coll.close()
+            timed_end = time.monotonic()
         tcp, everyone = session.finish({"step_s": [s["step_s"] for s in steps]})
     n = max(len(steps), 1)
     out = {"rank": args.rank, "world": world, "layers": args.layers, "activation_bytes": act_bytes,
@@ -129,7 +136,8 @@ def body(argv) -> dict:
            "steps": steps, "mean_step_s": sum(s["step_s"] for s in steps) / n,
            "mean_comm_s": sum(s["comm_s"] for s in steps) / n,
            "predicted_step_s": predicted, "predicted_allreduce_s": allreduce_s,
-           "cost_model": links_json(link, intra, source), "wrong": wrong, "verified": wrong == 0, **tcp}
+           "cost_model": links_json(link, intra, source), "wrong": wrong, "verified": wrong == 0,
+           "timed_window_monotonic_s": [timed_start, timed_end], **tcp}
     if everyone is not None:
         out["job_step_s"] = [max(r["step_s"][i] for r in everyone) for i in range(len(steps))]
     return out

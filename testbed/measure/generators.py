@@ -1,0 +1,239 @@
+"""The traffic generators' own CPU, as part of whether a run can be trusted.
+
+The rank programs a run starts inside the emulated hosts share the machine's cores with the
+emulator. A generator whose threads often wanted a core and had to wait for one (runnable but
+queued: the scheduler's run delay, /proc/PID/task/TID/schedstat) or whose busiest thread never
+idled (a Python rank holding its interpreter lock the whole time) times itself, not the
+network. ``GeneratorCpu`` samples the processes by PID while they run, each judged over the
+window it measured in; ``generator_summary`` reduces the samples (pure); ``generator_checks``
+judges the result with named tolerances and ``with_generators`` adds those checks to a
+fidelity verdict (testbed.measure.fidelity.Verdict.to_dict()), so the harness counts them in
+the emulator's trust.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from testbed.measure.fidelity import MAX_THREAD_CORES
+from testbed.measure.telemetry import CLOCK_TICKS_PER_S
+from testbed.model.verdict import at_most
+
+# Threads of one generator waiting on a run queue, on average over its measured window (its
+# run-queue wait per second). A rank's work is mostly one thread at a time (it sends, waits,
+# reduces), so at a quarter its steps started late about a quarter of the time: beyond that
+# its timings are the scheduler's more than the network's. A judgement, not a measurement:
+# ranks woken together by a collective step queue briefly even on an idle machine.
+MAX_WAITING_THREADS = 0.25
+# Below this much demand (run + wait) the share of demand spent waiting is not reported.
+MIN_DEMAND_S = 0.02
+SAMPLE_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True)
+class ThreadTimes:
+    """One thread's CPU so far: clock ticks (user + system) and, where the kernel keeps
+    schedstat, nanoseconds on a CPU and waiting on a run queue."""
+
+    ticks: int
+    run_ns: int | None = None
+    wait_ns: int | None = None
+
+
+def read_threads(pid: int, proc: str = "/proc") -> dict[int, ThreadTimes]:
+    """tid -> ThreadTimes of every live thread of ``pid`` (empty once it is gone)."""
+    try:
+        tids = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        base = f"{proc}/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/stat") as fh:
+                parts = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        run_ns = wait_ns = None
+        try:
+            with open(f"{base}/schedstat") as fh:
+                run_ns, wait_ns = (int(x) for x in fh.read().split()[:2])
+        except (OSError, ValueError):
+            pass
+        out[int(tid)] = ThreadTimes(int(parts[11]) + int(parts[12]), run_ns, wait_ns)
+    return out
+
+
+@dataclass
+class Sample:
+    """Every watched process's threads at one instant (``t_s``: CLOCK_MONOTONIC)."""
+
+    t_s: float
+    processes: dict[str, dict[int, ThreadTimes]] = field(default_factory=dict)
+
+
+class GeneratorCpu:
+    """Samples the CPU of named processes every ``interval_s`` in a thread, from ``add``
+    until the block ends: ``with GeneratorCpu() as cpu: cpu.add("rank0", proc.pid)``."""
+
+    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, proc: str = "/proc"):
+        self.interval_s = interval_s
+        self.proc = proc
+        self.pids: dict[str, int] = {}
+        self.windows: dict[str, tuple[float, float]] = {}
+        self.samples: list[Sample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def add(self, name: str, pid: int) -> None:
+        with self._lock:
+            self.pids[name] = pid
+        self.sample()  # its start, so a short process is seen at least twice
+
+    def measured(self, name: str, window_s: tuple[float, float]) -> None:
+        """Judge process ``name`` over ``window_s`` (CLOCK_MONOTONIC) only: the part of its
+        life that measured (not its start-up)."""
+        with self._lock:
+            self.windows[name] = (window_s[0], window_s[1])
+
+    def sample(self) -> None:
+        with self._lock:
+            pids = dict(self.pids)
+        sample = Sample(time.monotonic(), {name: read_threads(pid, self.proc)
+                                           for name, pid in pids.items()})
+        with self._lock:
+            self.samples.append(sample)
+
+    def __enter__(self) -> GeneratorCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def summary(self) -> dict:
+        with self._lock:
+            samples, windows = list(self.samples), dict(self.windows)
+        return generator_summary(samples, windows)
+
+
+def _delta(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes]
+           ) -> tuple[dict[int, float], float, float | None]:
+    """Between two readings of one process: CPU seconds per thread (schedstat's nanoseconds
+    where the kernel keeps them, else clock ticks), and the process's seconds of run-queue
+    wait (None without schedstat). A thread that appeared meanwhile counts from 0; one that
+    ended is in neither reading's sum."""
+    sched = all(t.run_ns is not None and t.wait_ns is not None for t in after.values())
+    cpu, wait = {}, 0.0
+    for tid, now in after.items():
+        was = before.get(tid, ThreadTimes(0, 0, 0))
+        if sched:
+            cpu[tid] = (now.run_ns - (was.run_ns or 0)) / 1e9
+            wait += (now.wait_ns - (was.wait_ns or 0)) / 1e9
+        else:
+            cpu[tid] = (now.ticks - was.ticks) / CLOCK_TICKS_PER_S
+    return cpu, (wait if sched else 0.0), None if not sched else wait
+
+
+def process_summary(readings: list[tuple[float, dict[int, ThreadTimes]]]) -> dict | None:
+    """One process over consecutive readings (time, threads): its CPU seconds and mean
+    cores, the mean over intervals of its busiest thread's cores, and its run-queue wait:
+    seconds, threads waiting on average (wait / time), and the share of its threads' demand
+    (run + wait) spent waiting (None without schedstat, or with too little demand)."""
+    readings = [(t, threads) for t, threads in readings if threads]
+    if len(readings) < 2:
+        return None
+    cpu_s, wait_s, busiest, sched = 0.0, 0.0, [], True
+    for (t0, before), (t1, after) in zip(readings, readings[1:]):
+        dt = max(t1 - t0, 1e-6)
+        cpu, _, wait = _delta(before, after)
+        cpu_s += sum(cpu.values())
+        busiest.append(max(cpu.values(), default=0.0) / dt)
+        if wait is None:
+            sched = False
+        else:
+            wait_s += wait
+    span = readings[-1][0] - readings[0][0]
+    demand_s = cpu_s + wait_s
+    return {"cpu_s": cpu_s, "span_s": span, "mean_cores": cpu_s / span if span > 0 else 0.0,
+            "busiest_thread_cores": sum(busiest) / len(busiest),
+            "wait_s": wait_s if sched else None,
+            "waiting_threads": wait_s / span if sched and span > 0 else None,
+            "runqueue_wait_fraction": (wait_s / demand_s
+                                       if sched and demand_s >= MIN_DEMAND_S else None)}
+
+
+def generator_summary(samples: list[Sample], windows: dict[str, tuple[float, float]] | None = None
+                      ) -> dict:
+    """Every process's summary over its samples (those inside its window in ``windows``,
+    CLOCK_MONOTONIC, where it has one), and the worst of them: the busiest thread and the
+    most threads waiting for a core."""
+    windows = windows or {}
+    names = dict.fromkeys(n for s in samples for n in s.processes)
+    per = {}
+    for name in names:
+        lo, hi = windows.get(name, (float("-inf"), float("inf")))
+        summary = process_summary([(s.t_s, s.processes[name]) for s in samples
+                                   if name in s.processes and lo <= s.t_s <= hi])
+        if summary is not None:
+            per[name] = summary
+    waits = {n: p["waiting_threads"] for n, p in per.items() if p["waiting_threads"] is not None}
+    busiest = max(per, key=lambda n: per[n]["busiest_thread_cores"], default=None)
+    waiting = max(waits, key=waits.get, default=None)
+    return {"processes": len(per),
+            "cpu_s": round(sum(p["cpu_s"] for p in per.values()), 3),
+            "mean_cores": round(sum(p["mean_cores"] for p in per.values()), 4),
+            "busiest_thread": None if busiest is None else {
+                "process": busiest, "cores": round(per[busiest]["busiest_thread_cores"], 4)},
+            "runqueue_wait": None if waiting is None else {
+                "process": waiting, "waiting_threads": round(waits[waiting], 4),
+                "fraction_of_demand": per[waiting]["runqueue_wait_fraction"]},
+            "schedstat": any(t.run_ns is not None for s in samples
+                             for threads in s.processes.values() for t in threads.values()),
+            "per_process": {n: {k: (round(v, 4) if isinstance(v, float) else v)
+                                for k, v in p.items()} for n, p in per.items()}}
+
+
+def generator_checks(summary: dict, setup: str | None = None) -> list:
+    """The generators' trust checks: no generator's busiest thread saturated, and none
+    waited for a core much of the time it wanted one (judged where schedstat exists)."""
+    checks = []
+    busiest = summary.get("busiest_thread")
+    if busiest is not None:
+        checks.append(at_most("generator busiest thread", busiest["cores"], MAX_THREAD_CORES,
+                              "cores", f"the traffic generators' busiest thread ("
+                              f"{busiest['process']}) had idle time left, so they kept pace",
+                              setup))
+    waiting = summary.get("runqueue_wait")
+    if waiting is not None:
+        checks.append(at_most("generator wait for a core", waiting["waiting_threads"],
+                              MAX_WAITING_THREADS, "threads waiting, on average",
+                              f"no traffic generator was starved of CPU (the one that waited "
+                              f"most, {waiting['process']}, had "
+                              f"{waiting['waiting_threads']:.2f} threads waiting for a core on "
+                              "average)", setup))
+    return checks
+
+
+def with_generators(fidelity: dict, summary: dict, setup: str | None = None) -> dict:
+    """A fidelity verdict (Verdict.to_dict()) with the generators' checks and summary added:
+    not trustworthy when one of them fails."""
+    checks = generator_checks(summary, setup)
+    failed = [c for c in checks if c.passed is False]
+    reasons = list(fidelity.get("reasons", []))
+    if failed:
+        problems = [f"{c.name}: {c.measured} {c.unit} (limit {c.expected})" for c in failed]
+        reasons = problems + (reasons if not fidelity.get("trustworthy") else [])
+    return {**fidelity, "trustworthy": bool(fidelity.get("trustworthy")) and not failed,
+            "reasons": reasons, "checks": [*fidelity.get("checks", []),
+                                           *(c.to_dict() for c in checks)],
+            "generators": summary}

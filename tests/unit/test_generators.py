@@ -1,0 +1,140 @@
+"""The traffic generators' own CPU (testbed.measure.generators): reading a process's threads
+from /proc, the summary over a window computed by hand, the trust checks passing and
+failing, and a real process sampled while it runs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from testbed.measure.fidelity import MAX_THREAD_CORES, judge
+from testbed.measure.generators import (
+    MAX_WAITING_THREADS,
+    GeneratorCpu,
+    Sample,
+    ThreadTimes,
+    generator_checks,
+    generator_summary,
+    process_summary,
+    read_threads,
+    with_generators,
+)
+from testbed.measure.telemetry import CLOCK_TICKS_PER_S
+
+S = 1_000_000_000  # ns
+
+
+def write_thread(proc, pid: int, tid: int, utime: int, stime: int, schedstat: str | None):
+    task = proc / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True)
+    fields = ["S", *(str(i) for i in range(1, 11)), str(utime), str(stime), "0", "0"]
+    (task / "stat").write_text(f"{tid} (python3 rank) " + " ".join(fields) + "\n")
+    if schedstat is not None:
+        (task / "schedstat").write_text(schedstat + "\n")
+
+
+def test_threads_are_read_with_their_ticks_and_schedstat(tmp_path):
+    write_thread(tmp_path, 42, 42, 7, 3, "500000000 100000000 12")
+    write_thread(tmp_path, 42, 43, 1, 0, None)  # a kernel without schedstat for it
+    assert read_threads(42, str(tmp_path)) == {42: ThreadTimes(10, 500000000, 100000000),
+                                               43: ThreadTimes(1, None, None)}
+    assert read_threads(99, str(tmp_path)) == {}  # gone
+
+
+READINGS = [
+    (0.0, {1: ThreadTimes(0, 0, 0), 2: ThreadTimes(0, 0, 0)}),
+    (1.0, {1: ThreadTimes(50, S // 2, S // 10), 2: ThreadTimes(10, S // 10, S // 20)}),
+    (2.0, {1: ThreadTimes(100, S, S // 5), 2: ThreadTimes(10, S // 10, S // 20),
+           3: ThreadTimes(5, S // 20, S // 20)}),  # thread 3 started in the second interval
+]
+
+
+def test_a_process_summary_by_hand():
+    s = process_summary(READINGS)
+    # CPU: 0.5 + 0.1 in the first second, 0.5 + 0 + 0.05 in the second: 1.15 s over 2 s
+    assert s["cpu_s"] == pytest.approx(1.15) and s["span_s"] == 2.0
+    assert s["mean_cores"] == pytest.approx(0.575)
+    assert s["busiest_thread_cores"] == pytest.approx(0.5)  # thread 1, both seconds
+    # waits: 0.1 + 0.05, then 0.1 + 0 + 0.05: 0.3 s, 0.15 threads waiting on average
+    assert s["wait_s"] == pytest.approx(0.3) and s["waiting_threads"] == pytest.approx(0.15)
+    assert s["runqueue_wait_fraction"] == pytest.approx(0.3 / 1.45)
+
+
+def test_without_schedstat_cpu_comes_from_ticks_and_waits_are_unknown():
+    readings = [(t, {tid: ThreadTimes(x.ticks) for tid, x in threads.items()})
+                for t, threads in READINGS]
+    s = process_summary(readings)
+    assert s["cpu_s"] == pytest.approx((100 + 10 + 5) / CLOCK_TICKS_PER_S)
+    assert s["wait_s"] is None and s["waiting_threads"] is None
+    assert s["runqueue_wait_fraction"] is None
+
+
+def test_one_reading_is_no_summary():
+    assert process_summary(READINGS[:1]) is None
+    assert process_summary([(0.0, {}), (1.0, {})]) is None  # the process was gone
+
+
+def test_each_process_is_judged_over_its_own_window():
+    samples = [Sample(t, {"rank0": threads, "rank1": threads}) for t, threads in READINGS]
+    # rank1's window holds the first two readings only: 0.6 s of CPU over 1 s
+    s = generator_summary(samples, {"rank1": (0.0, 1.0)})
+    assert s["processes"] == 2
+    assert s["per_process"]["rank0"]["cpu_s"] == pytest.approx(1.15)
+    assert s["per_process"]["rank1"]["cpu_s"] == pytest.approx(0.6)
+    assert s["busiest_thread"]["cores"] == pytest.approx(0.5)
+    assert s["runqueue_wait"]["waiting_threads"] == pytest.approx(0.15)
+    assert s["schedstat"] is True
+    assert s["cpu_s"] == pytest.approx(1.75)
+
+
+def summary(cores: float, waiting: float | None) -> dict:
+    return {"busiest_thread": {"process": "rank3", "cores": cores},
+            "runqueue_wait": None if waiting is None else {"process": "rank5",
+                                                           "waiting_threads": waiting}}
+
+
+def test_generator_checks_pass_and_fail():
+    good = generator_checks(summary(0.5, 0.05), "fabric")
+    assert [(c.name, c.outcome, c.setup) for c in good] == [
+        ("generator busiest thread", "PASS", "fabric"),
+        ("generator wait for a core", "PASS", "fabric")]
+    bad = generator_checks(summary(MAX_THREAD_CORES + 0.01, MAX_WAITING_THREADS + 0.01))
+    assert [c.outcome for c in bad] == ["FAIL", "FAIL"]
+    assert "rank3" in bad[0].statement and "rank5" in bad[1].statement
+    assert generator_checks(summary(0.5, None))[0].name == "generator busiest thread"
+    assert len(generator_checks(summary(0.5, None))) == 1  # no schedstat: no wait judged
+    assert generator_checks({"busiest_thread": None, "runqueue_wait": None}) == []
+
+
+def test_the_generators_join_the_fidelity_verdict():
+    fidelity = judge(0.3, 1.0, 0.98, 0.0).to_dict()
+    kept = with_generators(fidelity, summary(0.5, 0.05))
+    assert kept["trustworthy"] is True and kept["reasons"] == fidelity["reasons"]
+    assert len(kept["checks"]) == len(fidelity["checks"]) + 2
+    assert kept["generators"] == summary(0.5, 0.05)
+    starved = with_generators(fidelity, summary(0.5, 0.6))
+    assert starved["trustworthy"] is False
+    assert starved["reasons"] == ["generator wait for a core: 0.6 threads waiting, on average "
+                                  "(limit <= 0.25)"]
+    untrusted = judge(0.99, 1.0, 0.98, 0.0).to_dict()
+    both = with_generators(untrusted, summary(0.99, 0.05))
+    assert both["reasons"][0].startswith("generator busiest thread")
+    assert both["reasons"][1:] == untrusted["reasons"]
+
+
+BUSY = "import time\nend = time.monotonic() + 0.8\nwhile time.monotonic() < end: pass\n"
+
+
+def test_a_running_process_is_sampled_until_it_ends():
+    with GeneratorCpu(interval_s=0.05) as cpu:
+        busy = subprocess.Popen([sys.executable, "-c", BUSY])
+        idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
+        cpu.add("busy", busy.pid)
+        cpu.add("idle", idle.pid)
+        busy.wait()
+        idle.wait()
+    s = cpu.summary()
+    assert set(s["per_process"]) == {"busy", "idle"}
+    assert s["per_process"]["busy"]["cpu_s"] > s["per_process"]["idle"]["cpu_s"]
+    assert s["busiest_thread"]["process"] == "busy"

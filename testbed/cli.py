@@ -377,6 +377,10 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
     elif base is bool:
         parser.add_argument(*flags, dest=name, type=lambda s: s.lower() in ("1", "true", "yes"),
                             metavar="true|false", help=help_text)
+    elif typing.get_origin(base) is typing.Literal:  # e.g. Literal[1024, 2048, 4096]
+        choices = typing.get_args(base)
+        parser.add_argument(*flags, dest=name, type=type(choices[0]), choices=choices,
+                            help=help_text)
     else:
         parser.add_argument(*flags, dest=name, type=base if base in (int, float) else str,
                             help=help_text)

@@ -169,11 +169,6 @@ class BottleneckExperiment(Experiment):
                 f"{len(result['errors'])} errors")
         return result
 
-    def trust(self, results):
-        from testbed.measure.pauses import agent_alive_checks
-
-        return agent_alive_checks(results)
-
     def plots(self, results, folder: Path, title: str) -> list[Path]:
         from testbed.harness.roce_plots import plot_setup_series
 

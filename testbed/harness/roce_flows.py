@@ -151,10 +151,12 @@ class RoceRun:
         return [(r or {}).get("goodput_mbit") or 0.0 for r in self.senders]
 
     def all_verified(self) -> bool | None:
-        """Every flow's data verified (None when a flow's transport does not check it)."""
-        if any(r is not None and r.get("data_verified") is None for r in self.senders):
+        """Every flow's data verified (None when every flow's transport is rxe, whose perftest
+        does not check it)."""
+        if self.senders and all(r is not None and r.get("transport") == "rxe"
+                                for r in self.senders):
             return None
-        return bool(self.senders) and all(r is not None and r["data_verified"]
+        return bool(self.senders) and all(r is not None and bool(r.get("data_verified"))
                                           for r in self.senders)
 
     def summary(self) -> dict:
@@ -169,11 +171,12 @@ def result_file(folder: Path, src: str, dst: str) -> Path:
 
 
 def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
-                   folder: Path) -> RoceRun:
+                   folder: Path, cpu=None) -> RoceRun:
     """One RoCE flow per (source, destination) pair, all at once, each to a server on its
     destination (one per destination); waits for every program and returns their results.
     A program that fails or hangs is an error of the run, not an exception: what the others
-    measured is kept."""
+    measured is kept. ``cpu`` (testbed.measure.generators.GeneratorCpu) watches every
+    program's CPU, each sender judged over the window it measured in."""
     fabric = net.fabric
     ip = {name: fabric.nodes[name].ip for pair in pairs for name in pair}
     servers = {}
@@ -189,6 +192,9 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
             with open(folder / f"roce-serve-{dst}.err", "wb") as err:
                 servers[dst] = net.popen(dst, serve_argv(ip[dst], n, settings),
                                          stdout=subprocess.PIPE, stderr=err)
+    if cpu is not None:
+        for name, proc in servers.items():
+            cpu.add(f"server {name}", proc.pid)
     start = time.monotonic()
     senders = []
     for i, (src, dst) in enumerate(pairs):
@@ -197,6 +203,8 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
                 else send_argv(ip[src], ip[dst], settings, settings.seed + i))
         with open(folder / f"roce-{src}-{dst}.err", "wb") as err:
             senders.append(net.popen(src, argv, stdout=subprocess.PIPE, stderr=err))
+        if cpu is not None:
+            cpu.add(f"sender {src}->{dst}", senders[-1].pid)
     limit_s = (settings.duration_s or 0.0) + settings.timeout_s + GRACE_S
     errors: list[str] = []
     results: list[dict | None] = []
@@ -209,6 +217,8 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
                 result_file(folder, src, dst).write_text(json.dumps(result))
                 if result.get("window_monotonic_s"):
                     ends.append(result["window_monotonic_s"][1])
+                    if cpu is not None:
+                        cpu.measured(f"sender {src}->{dst}", result["window_monotonic_s"])
                 errors += [f"{src} -> {dst}: {e}" for e in result.get("errors", [])]
                 if result.get("data_verified") is False:
                     errors.append(f"{src} -> {dst}: data not verified ({result['errors']})")
@@ -325,6 +335,7 @@ class BottleneckRun:
     marks: int | None
     pfc: dict | None
     capture: dict | None
+    generators: dict | None = None  # testbed.measure.generators.generator_summary
 
 
 def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
@@ -336,6 +347,7 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
 
     from testbed.measure.backlog import PortBacklog
     from testbed.measure.counters import counter_delta
+    from testbed.measure.generators import GeneratorCpu
     from testbed.measure.pauses import counter_deltas
     from testbed.measure.queues import queue_sampling
     from testbed.measure.roce import cc_series, decode_capture
@@ -356,8 +368,8 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
 
         t0 = time.monotonic()
         with queue_sampling(read, [QDISC, MARKER] if model else [QDISC], sample_s) as series, \
-                sample:
-            roce = run_roce_flows(net, bench.pairs(), settings, run.workdir)
+                sample, GeneratorCpu() as cpu:
+            roce = run_roce_flows(net, bench.pairs(), settings, run.workdir, cpu)
     t_s = [t0 + t for t in series.t_s]
     marks = None
     if marking is not None:
@@ -379,7 +391,7 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
         f"{src}->{dst}": cc_series(r) for (src, dst), r in zip(roce.pairs, roce.senders) if r}))
     record = ({**sample.record(), **decode_capture(sample.path)} if capture else None)
     return BottleneckRun(roce, t_s, series.depth_bytes[QDISC], series.depth_bytes.get(MARKER),
-                         series.error, watch, marks, pfc, record)
+                         series.error, watch, marks, pfc, record, cpu.summary())
 
 
 def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s: float,
@@ -391,6 +403,7 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
     window (its link's counters) with their Jain index, the bottleneck's utilisation,
     marks, pauses, the packet sample and the fidelity verdict."""
     from testbed.measure.backlog import backlog_divergence
+    from testbed.measure.generators import with_generators
     from testbed.measure.roce import sampled_fraction, scaling_rows, window_queue
     from testbed.measure.stats import jain_index
 
@@ -425,8 +438,10 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
         "cc_scaling": next((rows for rows in map(scaling_rows, filter(None, roce.senders))
                             if rows), []),
         "marks": b.marks, "pfc": b.pfc, "capture": b.capture, "errors": roce.errors,
-        "fidelity": watch.verdict(sampler_window, bottleneck=bench.bottleneck_label,
-                                  bandwidth_bound=bandwidth_bound, setup=setup).to_dict(),
+        "fidelity": with_generators(
+            watch.verdict(sampler_window, bottleneck=bench.bottleneck_label,
+                          bandwidth_bound=bandwidth_bound, setup=setup).to_dict(),
+            b.generators or {}, setup),
     }
     if b.pfc is not None:  # testbed.measure.pauses.agent_alive_checks judges it
         result["pause_agent_running"] = b.pfc["pause_agent_running"]

@@ -264,6 +264,8 @@ def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress)
         result.update(resolved.experiment.measure(run))
     if events:
         result["failures"] = schedule.applied
+    if live.net.pfc is not None:  # judged by testbed.measure.pauses.agent_alive_checks
+        result.setdefault("pause_agent_running", live.net.pfc.alive())
     if live.impairments is not None and live.impairments.path is not None:
         result["impairments"] = impairment_record(live.impairments, live.net)
     return result
@@ -312,6 +314,7 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
     """The verdict, plots, summary.json and the report, for a run that ended in any way; the
     run folder is handed to the user who ran sudo."""
     from testbed.harness.report import write_report
+    from testbed.measure.pauses import agent_alive_checks
     from testbed.model.verdict import Verdict, trust_checks
 
     summary["finished_at"] = _now()
@@ -320,8 +323,9 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
     if results:
         try:
             verdict.checks = experiment.checks(results)
-            verdict.trust = trust_checks((name, r["fidelity"]) for name, r in results.items()
-                                         if r.get("fidelity")) + experiment.trust(results)
+            verdict.trust = (trust_checks((name, r["fidelity"]) for name, r in results.items()
+                                          if r.get("fidelity"))
+                             + agent_alive_checks(results) + experiment.trust(results))
         except Exception as exc:  # a partial run may lack what a check needs
             if summary["status"] == COMPLETE:
                 raise

@@ -193,7 +193,8 @@ def capture_summary(point: CapturePoint, capture: PauseCapture, deltas: dict) ->
 
 def agent_alive_checks(results: dict[str, dict]) -> list[Check]:
     """A trust check per setup that ran the pause agent (``pause_agent_running`` in its
-    results): a fabric whose pauses stopped being obeyed is not lossless."""
+    results, which the harness records for every setup with PFC): a fabric whose pauses
+    stopped being obeyed is not lossless."""
     return [holds("the pause agent ran throughout", r["pause_agent_running"],
                   "the pause agent (PFC) was still running when the measurement ended", setup)
             for setup, r in results.items() if "pause_agent_running" in r]

@@ -163,9 +163,11 @@ def goodput_fraction(goodput_mbit: float | None, rate_mbit: float) -> float | No
 
 
 def verified_check(flows: list[dict], setup: str | None = None) -> Check:
-    """Every flow's data arrived intact: the receiver's memory hashes as the sender's."""
+    """Every flow's data arrived intact: the receiver's memory hashes as the sender's. Not
+    judged on the rxe path (perftest does not check the bytes); a flow whose program failed
+    counts as not verified."""
     name = "RoCE data verified"
-    if any(f.get("data_verified") is None and not f.get("errors") for f in flows):
+    if flows and all(f.get("transport") == "rxe" for f in flows):
         return holds(name, None, "perftest (the rxe path) moves the bytes without checking "
                      "them", setup)
     verified = sum(bool(f.get("data_verified")) for f in flows)

@@ -104,12 +104,20 @@ def thread_ticks(pids: list[int]) -> dict[tuple[int, int], tuple[str, int]]:
     return found
 
 
+NEW_THREAD_SLACK_TICKS = 2  # tick rounding of a thread first seen in this interval
+
+
 def busiest_thread(before: dict, after: dict, dt_s: float) -> tuple[str, float]:
     """The thread that used the most CPU between two ``thread_ticks`` readings, and the
     cores it used (1.0: a whole core)."""
     best = ("", 0.0)
     for key, (name, ticks) in after.items():
-        earlier = before[key][1] if key in before else 0  # a thread started meanwhile
+        if key in before:
+            earlier = before[key][1]
+        elif ticks <= dt_s * CLOCK_TICKS_PER_S + NEW_THREAD_SLACK_TICKS:
+            earlier = 0  # a thread started meanwhile
+        else:  # it used more than the interval holds: older, its earlier reading missed
+            continue
         cores = (ticks - earlier) / CLOCK_TICKS_PER_S / dt_s
         if cores > best[1]:
             best = (name, cores)

@@ -185,3 +185,14 @@ def test_a_short_sweep_over_loopback(tmp_path):
     assert "generators" in r["fidelity"]
     checks = outcomes(resolved.experiment.checks(results_))
     assert checks["allreduce-ring: #wrong"] == checks["alltoall-pairwise: #wrong"] == "PASS"
+
+
+def test_the_ring_sweep_reaches_the_busbw_claim_whatever_the_step():
+    from testbed.experiments.collectives_sweep.experiment import first_size_at_least
+    from testbed.traffic.collectives.sweep import sweep_sizes
+
+    for factor in (2, 3, 1.5, 4):
+        top = first_size_at_least(1, 8 * 2**20, factor)
+        assert max(sweep_sizes(1, top, factor)) >= 8 * 2**20, factor
+    assert first_size_at_least(1, 8 * 2**20, 3) == 3**15  # 14348907: 3**14 is 4.8 MB
+    assert first_size_at_least(8, 64, 2) == 64

@@ -110,11 +110,15 @@ def test_a_run_verifies_only_when_every_flow_did():
     run = RoceRun([("a", "c"), ("b", "c")], [ok, None], {}, [], None)
     assert run.goodputs_mbit() == [3.0, 0.0] and run.all_verified() is False
     assert RoceRun([("a", "c")], [ok], {}, [], None).all_verified() is True
-    unchecked = {"data_verified": None, "goodput_mbit": 1.0, "errors": []}
+    unchecked = {"data_verified": None, "goodput_mbit": 1.0, "errors": [], "transport": "rxe"}
     assert RoceRun([("a", "c")], [unchecked], {}, [], None).all_verified() is None
     assert verified_check([ok, ok]).passed is True
     assert verified_check([ok, {"data_verified": False}]).passed is False
     assert verified_check([unchecked]).passed is None  # perftest does not check: not judged
+    # an engine flow whose program failed left no data_verified: that fails, never n/a
+    failed = {"goodput_mbit": 0.0}
+    assert verified_check([ok, failed]).passed is False
+    assert RoceRun([("a", "c")], [failed], {}, [], None).all_verified() is False
 
 
 # --- a real run through a stand-in network ------------------------------------------------------

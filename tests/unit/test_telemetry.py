@@ -117,3 +117,18 @@ def test_window_mean(series):
 def test_window_rates_of_an_empty_series():
     assert window_rates_mbit(Series(link_bytes={"x->y": []}), 0.0, 1.0) == {"x->y": 0.0}
     assert window_mean([], Series(), 0.0, 1.0) == 0.0
+
+
+def test_the_busiest_thread_between_two_readings():
+    from testbed.measure.telemetry import CLOCK_TICKS_PER_S, busiest_thread
+
+    tick = CLOCK_TICKS_PER_S
+    before = {(1, 1): ("main", 10 * tick), (1, 2): ("worker", 5 * tick)}
+    after = {(1, 1): ("main", 10 * tick + tick // 4), (1, 2): ("worker", 5 * tick + tick // 2),
+             (1, 3): ("new", tick // 10)}  # started in the interval: counted from zero
+    name, cores = busiest_thread(before, after, 1.0)
+    assert (name, cores) == ("worker", pytest.approx(0.5))
+    # a thread the earlier reading missed, with a minute of CPU behind it, is not charged
+    # its whole life in one interval (it once showed as 476 cores)
+    missed = {**after, (1, 4): ("old", 60 * tick)}
+    assert busiest_thread(before, missed, 0.25)[0] == "worker"

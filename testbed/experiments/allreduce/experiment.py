@@ -23,7 +23,7 @@ from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
 from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.harness.ranks import collect_ranks
-from testbed.harness.roce_setups import ack_timeout_s
+from testbed.harness.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
 from testbed.measure.stats import jain_index
 from testbed.model.verdict import at_least, holds
 from testbed.plan.port_queue import default_buffer_bytes
@@ -57,19 +57,26 @@ class AllReduceParams(Params):
         return value
 
 
+ALGORITHM_NAMES = {"ring": "ring", "hd": "halving-doubling", "tree": "tree",
+                   "hierarchical": "hierarchical"}
+
+
 class AllReduce(Experiment):
     name = "allreduce"
-    title = "ring AllReduce"
+    title = "AllReduce"
     Params = AllReduceParams
     reproduces = ("nccl-tests' bus bandwidth: a bandwidth-optimal ring's busbw approaches the "
                   "bottleneck link rate")
 
     def headline(self) -> str:
         fabric = self.fabric()
-        return (f"{self.title}, {len(fabric.hosts)} ranks, {self.params.size_bytes / 2**20:g} MiB "
-                f"float32, {self.params.channels} channels on {fabric.label()} at "
-                f"{self.rate_mbit:g} Mbit/s" + (" over RoCE" if self.params.transport == "roce"
-                                                 else ""))
+        return (f"{self.algorithm_name()} {self.title}, {len(fabric.hosts)} ranks, "
+                f"{self.params.size_bytes / 2**20:g} MiB float32, {self.params.channels} channels "
+                f"on {fabric.label()} at {self.rate_mbit:g} Mbit/s"
+                + (" over RoCE" if self.params.transport == "roce" else ""))
+
+    def algorithm_name(self) -> str:
+        return ALGORITHM_NAMES[self.params.algorithm]
 
     def setups(self):
         return [self.scenario_setup()]
@@ -173,7 +180,8 @@ class AllReduce(Experiment):
         fabric = self.fabric()
         run_dir = Path(r["dir"])
         samples = json.loads((run_dir / "samples.json").read_text())
-        title = f"{title} | ring AllReduce busbw {r['busbw_mbit_s']:.2f} Mbit/s"
+        title = (f"{title} | {self.algorithm_name()} AllReduce busbw "
+                 f"{r['busbw_mbit_s']:.2f} Mbit/s")
         paths = [
             plots.plot_timeseries(samples, samples["window_s"], self.rate_mbit, fabric, title,
                                   folder / "link_rates.png"),
@@ -193,7 +201,6 @@ class AllReduce(Experiment):
 
 
 ROCE_PATH_MTUS = (4096, 2048, 1024, 512, 256)
-ROCE_HEADERS_BYTES = 60  # BTH, RETH, ICRC, IPv4 and UDP around a full payload
 
 
 def port_buffer_bytes(queue, rate_mbit: float, mtu_bytes: int) -> int:

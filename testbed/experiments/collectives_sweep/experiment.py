@@ -19,6 +19,8 @@ every rank's measured window.
 """
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Literal
 
@@ -112,8 +114,9 @@ class CollectivesSweep(Experiment):
         out = []
         for entry in p.sweeps:
             op, algorithm = parse_sweep(entry)
-            top = max(p.max_bytes, p.busbw_claim_bytes) if (op, algorithm) == RING_ALLREDUCE \
-                else p.max_bytes
+            top = max(p.max_bytes, first_size_at_least(p.min_bytes, p.busbw_claim_bytes,
+                                                       p.step_factor)) \
+                if (op, algorithm) == RING_ALLREDUCE else p.max_bytes
             out.append((op, algorithm, top))
         return out
 
@@ -264,6 +267,15 @@ def sweep_result(results: list[dict]) -> dict:
             "tcp": {"segments_sent": head["tcp_out_segs"],
                     "segments_retransmitted": head["tcp_retrans_segs"]},
             "timed_window_monotonic_s": head["timed_window_monotonic_s"]}
+
+
+def first_size_at_least(min_bytes: int, size_bytes: int, factor: float) -> int:
+    """The first size of the sweep from ``min_bytes`` by ``factor`` that reaches
+    ``size_bytes`` (with -f 3 from 1 B, 8 MiB is only reached at 12.7 MB)."""
+    size = max(min_bytes, 1)
+    while size < size_bytes:
+        size *= factor
+    return math.ceil(size)  # as -e: sweep_sizes keeps a size while it is at most this
 
 
 def judged_window(sweeps: dict, rate_mbit: float) -> list[float] | None:

@@ -60,7 +60,6 @@ from testbed.harness.flows import counter_deltas, read_tcp_counters
 from testbed.harness.scenario import Problem
 from testbed.measure.pauses import (
     PauseCapture,
-    agent_alive_checks,
     capture_point,
     capture_summary,
 )
@@ -307,9 +306,6 @@ class Incast(Experiment):
     # -- judging and showing ----------------------------------------------------------------
     def checks(self, results):
         return incast_checks(results, self.params.rounds)
-
-    def trust(self, results):
-        return agent_alive_checks(results)
 
     def rows(self, results):
         rows = []

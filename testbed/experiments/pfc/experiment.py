@@ -47,7 +47,7 @@ from testbed.experiments.pfc.spreading import (
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
 from testbed.harness.flows import SERVER_START_S, run_flows
 from testbed.harness.scenario import Problem
-from testbed.measure.pauses import agent_alive_checks, counter_deltas
+from testbed.measure.pauses import counter_deltas
 from testbed.model.records import read_json_lines
 from testbed.plan.modes import LOSSLESS_TOS, mode_tcp
 from testbed.plan.pfc import switch_fan_in
@@ -248,9 +248,6 @@ class PfcDemo(Experiment):
     # -- judging and showing ----------------------------------------------------------------
     def checks(self, results):
         return demo_checks(results)
-
-    def trust(self, results):
-        return agent_alive_checks(results)
 
     def rows(self, results):
         rows = [(condition, condition_line(results[condition])) for condition in CONDITIONS

@@ -51,6 +51,7 @@ from testbed.harness.roce_setups import (
     transport_problems,
 )
 from testbed.harness.scenario import Problem
+from testbed.measure.generators import GeneratorCpu, with_generators
 from testbed.plan.port_queue import default_buffer_bytes
 
 MAX_RATE_MBIT = 200.0  # one userspace switch forwards this at MTU 1500 with room to spare
@@ -151,8 +152,8 @@ class RoceLoss(Experiment):
         run.log(f"{run.setup.name}: RoCE {src} -> {dst} for {p.seconds} s, then TCP")
         tcp_before = read_tcp_counters(net, [src])
         with run.watch() as watch:
-            with capture:
-                roce = run_roce_flows(net, [(src, dst)], settings, run.workdir)
+            with capture, GeneratorCpu() as cpu:
+                roce = run_roce_flows(net, [(src, dst)], settings, run.workdir, cpu)
             t_tcp = time.monotonic()
             tcp_mbit, tcp_errors = run_flows(net, [(src, dst)], p.seconds, p.omit_s)
         tcp_after = read_tcp_counters(net, [src])
@@ -177,7 +178,7 @@ class RoceLoss(Experiment):
                              if counters["matched"] else 0.0},
             "errors": roce.errors + tcp_errors,
             "window_monotonic_s": list(roce.window_monotonic_s or (0.0, 0.0)),
-            "fidelity": fidelity.to_dict(),
+            "fidelity": with_generators(fidelity.to_dict(), cpu.summary(), run.setup.name),
         }
         if p.capture and first:
             from testbed.measure.roce import decode_capture

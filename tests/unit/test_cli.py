@@ -137,7 +137,8 @@ def test_an_experiment_subcommand_builds_its_scenario_from_flags(no_runs):
 
 
 def test_a_literal_field_takes_its_values_typed_and_refuses_others(no_runs, capsys):
-    assert main(["roce-dctcp", "--roce-mtu-bytes", "2048", "--mtu", "9000", "--rate-mbit", "20"]) == 0
+    argv = ["roce-dctcp", "--roce-mtu-bytes", "2048", "--mtu", "9000", "--rate-mbit", "20"]
+    assert main(argv) == 0
     assert no_runs[0].experiment.params.roce_mtu_bytes == 2048
     with pytest.raises(SystemExit) as info:
         main(["roce-dctcp", "--roce-mtu-bytes", "3000"])

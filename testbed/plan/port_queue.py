@@ -91,11 +91,13 @@ UNSHAPED_RATE_MBIT = 20_000.0
 
 
 # Where the datapath passes segmentation-offloaded packets, one GSO packet leaves a shaped
-# link as a single burst: it is kept to about what the link sends in GSO_BURST_S (never less
-# than one frame, never more than the kernel's 64 KiB), as TCP's own TSO autosizing keeps a
-# burst near a millisecond of its rate, so a packet behind it never waits far longer than
-# behind one frame.
+# link as a single burst: it is kept to about what the link sends in GSO_BURST_S, never
+# fewer than GSO_MIN_FRAMES frames (TCP's own smallest TSO burst, tcp_min_tso_segs) and never
+# more than the kernel's 64 KiB, as TCP's TSO autosizing keeps a burst near a millisecond
+# of its rate: a packet behind it waits about as long as behind that many back-to-back
+# segments, and the switches forward a burst as one packet.
 GSO_BURST_S = 0.001
+GSO_MIN_FRAMES = 2
 GSO_LIMIT_BYTES = 65536
 ETHERNET_HEADER_BYTES = 14
 
@@ -105,7 +107,8 @@ def gso_max_bytes(rate_mbit: float | None, mtu_bytes: int) -> int:
     if rate_mbit is None:
         return GSO_LIMIT_BYTES
     burst = int(rate_mbit * 1e6 / 8 * GSO_BURST_S)
-    return max(mtu_bytes + ETHERNET_HEADER_BYTES, min(GSO_LIMIT_BYTES, burst))
+    return min(GSO_LIMIT_BYTES, max(GSO_MIN_FRAMES * (mtu_bytes + ETHERNET_HEADER_BYTES),
+                                    burst))
 
 
 def in_service_ms(rate_mbit: float | None, mtu_bytes: int, offloads_on: bool) -> float:

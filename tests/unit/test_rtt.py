@@ -102,8 +102,9 @@ def test_a_probe_delayed_beyond_the_queues_makes_the_run_untrusted():
 def test_the_limit_allows_for_the_packet_each_hop_is_sending():
     from testbed.plan.port_queue import gso_max_bytes, in_service_ms
 
-    # 100 Mbit/s sends 12500 bytes a millisecond: the GSO cap; 6 Mbit/s only 750, so one frame
-    assert gso_max_bytes(100.0, 1500) == 12500 and gso_max_bytes(6.0, 9000) == 9014
+    # 100 Mbit/s sends 12500 bytes a millisecond: the GSO cap; 6 Mbit/s only 750, so two
+    # frames, TCP's smallest TSO burst
+    assert gso_max_bytes(100.0, 1500) == 12500 and gso_max_bytes(6.0, 9000) == 18028
     assert gso_max_bytes(10_000.0, 1500) == 65536 and gso_max_bytes(None, 1500) == 65536
     assert in_service_ms(100.0, 1500, offloads_on=True) == pytest.approx(1.0)
     assert in_service_ms(100.0, 1500, offloads_on=False) == pytest.approx(1514 * 8 / 1e5)

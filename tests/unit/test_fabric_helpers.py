@@ -57,9 +57,9 @@ def test_host_script_configures_the_hosts_own_interface():
 
 
 def test_with_offloads_on_a_hosts_gso_packets_are_a_millisecond_of_its_link():
-    fast = fat_tree(4, host_rate_mbit=100.0)
+    fast = fat_tree(4, host_rate_mbit=200.0)  # a millisecond is 25000 bytes
     lines = host_script(fast, "p1e0h1", offloads_on=True).splitlines()
-    assert "link set dev p1e0h1-eth0 gso_max_size 12500" in lines
+    assert "link set dev p1e0h1-eth0 gso_max_size 25000" in lines
     assert not any(line.startswith("ethtool") for line in lines)
     slow = host_script(fat_tree(4, host_rate_mbit=6.0), "p1e0h1", offloads_on=True)
     assert "gso_max_size 18028" in slow  # 750 bytes a millisecond: two frames at least

@@ -118,7 +118,7 @@ def test_the_generators_join_the_fidelity_verdict():
     assert starved["reasons"] == ["generator wait for a core: 0.6 threads waiting, on average "
                                   "(limit <= 0.25)"]
     untrusted = judge(0.99, 1.0, 0.98, 0.0).to_dict()
-    both = with_generators(untrusted, summary(0.99, 0.05))
+    both = with_generators(untrusted, summary(1.0, 0.05))
     assert both["reasons"][0].startswith("generator busiest thread")
     assert both["reasons"][1:] == untrusted["reasons"]
 

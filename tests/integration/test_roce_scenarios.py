@@ -32,7 +32,7 @@ def test_the_harness_takes_loss_impairments_without_netem(tmp_path):
       (None, "RoCE data verified"), ("loss-0", "RoCE sample decodes as InfiniBand BTH"),
       ("loss-0", "RoCE sample ICRC verified by scapy")}),
     ("roce-dcqcn", {"params.senders": [2], "params.seconds": 25, "params.settle_s": 10},
-     {("n2-dcqcn", "DCQCN flows share fairly"), ("n2-dcqcn", "median queue at most Kmax"),
+     {("n2-dcqcn", "DCQCN flows share fairly"), ("n2-dcqcn", "mean queue between Kmin and Kmax"),
       ("n2-dcqcn", "utilisation with DCQCN"),
       ("n2-none", "without congestion control the queue fills")}),
     ("roce-incast-pfc", {"params.senders": 4, "params.seconds": 10, "params.settle_s": 3},

@@ -63,8 +63,8 @@ class RoceDcqcn(BottleneckExperiment):
     title = "DCQCN fairness and queue"
     Params = RoceDcqcnParams
     reproduces = ("DCQCN (Zhu et al., SIGCOMM 2015): flows sharing a bottleneck converge to a "
-                  "fair share, the queue held within the marking range and the link busy; without it "
-                  "the queue fills")
+                  "fair share with the average queue between Kmin and Kmax and the link busy; "
+                  "without it the queue fills")
 
     def setup_plan(self) -> list[tuple[int, str]]:
         p = self.params

@@ -156,7 +156,7 @@ def test_roce_dcqcn_checks_by_hand(tmp_path):
     assert got[("mean queue between Kmin and Kmax", "n2-dcqcn")] == PASS
     assert got[("DCQCN flows share fairly", "n4-dcqcn")] == "FAIL"
     assert got[("mean queue between Kmin and Kmax", "n4-dcqcn")] == "FAIL"
-    assert got[("utilisation with DCQCN", "n2-dcqcn")] == PASS  # 0.95 >= 0.90
+    assert got[("utilisation with DCQCN", "n2-dcqcn")] == PASS  # 0.95 >= 0.85
     assert got[("without congestion control the queue fills", "n4-none")] == PASS
     assert got[("queue sampled", "n4-none")] == PASS
     results["n2-dcqcn"]["utilisation"] = 0.6  # cut too far: the link idles

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.apply.state import stop_process
 from testbed.controllers.apps.config import DEFAULT_PORT_STATS_INTERVAL_S
 from testbed.errors import TestbedError
 from testbed.model.records import (
@@ -27,6 +28,7 @@ from testbed.model.records import (
 
 LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653
+STOP_TIMEOUT_S = 5.0  # the controller exits on SIGTERM within this, or is killed
 
 
 def write_anycast(workdir: Path, anycast: dict) -> Path:
@@ -123,13 +125,7 @@ class ControllerProcess:
         return time.monotonic() - t0
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, STOP_TIMEOUT_S)
 
 
 def port_in_use(port: int) -> bool:

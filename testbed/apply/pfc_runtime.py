@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
-from testbed.apply.state import Ledger
+from testbed.apply.state import Ledger, stop_process
 from testbed.errors import TestbedError
 from testbed.model.topology.base import Fabric
 from testbed.plan.pfc import agent_plan
@@ -80,15 +80,7 @@ class PauseAgentProcess:
 
     def stop(self) -> None:
         """Stop the agent (it writes its final counters on the way out)."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, STOP_TIMEOUT_S)
 
     def counters(self) -> dict:
         try:

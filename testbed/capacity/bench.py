@@ -20,6 +20,8 @@ invocation, written as JSON and printed as a table.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -240,6 +242,23 @@ def ceiling(k: int, log, results_dir: str, kernel_line_mbit: float) -> dict:
             "trials": [asdict(t) for t in trials]}
 
 
+ROCE_BENCH_TIMEOUT_S = 900.0
+ROCE_MIN_PPS_RATIO = 0.5  # the engine's packets per core against a plain UDP sender's
+
+
+def roce_engine(log) -> dict:
+    """The user-space RoCE engine on loopback (testbed.traffic.roce.bench, a process of its
+    own, no fabric): its packets per CPU second beside a plain UDP sender's, and one QP's
+    goodput between two engines."""
+    log("RoCE engine on 127.0.0.1: packets per core against a plain UDP sender, one QP")
+    out = subprocess.run([sys.executable, "-m", "testbed.traffic.roce.bench", "--sink",
+                          "drained"], capture_output=True, text=True,
+                         timeout=ROCE_BENCH_TIMEOUT_S)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip()[-300:]}
+    return json.loads(out.stdout)
+
+
 def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
               ceilings: bool = True) -> dict:
     from mininet.log import setLogLevel
@@ -280,6 +299,7 @@ def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
                                 "to_far_vs_goal": anycast["to_far_s"] / FAILOVER_GOAL_S}
         log(f"anycast, k=4: served by the far replica after {anycast['to_far_s'] * 1000:.0f} "
             f"ms, back {anycast['back_to_near_s'] * 1000:.0f} ms after the repair")
+    result["roce_engine"] = roce_engine(log)
     if ceilings:  # runs of their own: each takes the machine's lock
         kernel_line = result["lines_mbit"]["mtu9000"]["kernel_forwarding_2_routers"]
         for k in ks:
@@ -306,8 +326,10 @@ def bench_rows(result: dict) -> list[list[str]]:
         rows.append([f"direct veth pair, {mtu}", "", f"{line['direct_veth']:.0f} Mbit/s", ""])
     for key in sorted(k for k in result if k.startswith("ceiling_k")):
         c, k = result[key], key.removeprefix("ceiling_k")
-        rows.append([f"k={k} ring trusted at >= 90% busbw", f"{c['ceiling_mbit']} Mbit/s", "",
-                     ""])
+        tried = sorted(t["rate_mbit"] for t in c.get("trials", []))
+        held = (f"{c['ceiling_mbit']:g} Mbit/s" if c["ceiling_mbit"] is not None
+                else f"none of {', '.join(f'{r:g}' for r in tried)} Mbit/s")
+        rows.append([f"k={k} ring trusted at >= 90% busbw", held, "", ""])
         if c.get("forwarded_switch_hops_mbit"):
             rows.append([f"k={k} switch-hop throughput at the ceiling",
                          f"{c['forwarded_switch_hops_mbit']:.0f} Mbit/s",
@@ -330,6 +352,18 @@ def bench_rows(result: dict) -> list[list[str]]:
         a = result["anycast_k4"]
         rows.append(["anycast: served by the far replica", f"{a['to_far_s'] * 1000:.0f} ms",
                      f"{a['goal_s']:g} s goal", f"{a['to_far_vs_goal']:.2f}"])
+    roce = result.get("roce_engine") or {}
+    for row in roce.get("pps", []):
+        rows.append([f"RoCE engine sender, {roce['mtu_bytes']} B packets",
+                     f"{row['engine_pps_per_core']:.0f} pps/core",
+                     f"{row['plain_pps_per_core']:.0f} pps/core plain UDP sender",
+                     f"{row['ratio']:.2f} (goal {ROCE_MIN_PPS_RATIO:g})"])
+    if "goodput" in roce:
+        g = roce["goodput"]
+        rows.append(["one RoCE QP on 127.0.0.1", f"{g['goodput_mbit']:.0f} Mbit/s",
+                     f"data verified: {g['data_verified']}", ""])
+    if "error" in roce:
+        rows.append(["RoCE engine", "failed", roce["error"], ""])
     return rows
 
 

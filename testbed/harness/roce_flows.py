@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.errors import TestbedError
+from testbed.measure.capture import HostCapture
+from testbed.measure.capture import capture_argv as host_capture_argv
 
 HOST_MODULE = "testbed.traffic.roce.host"
 RXE_MODULE = "testbed.traffic.roce.rxe"
@@ -34,9 +36,6 @@ SERVER_EXIT_S = 15.0     # a server ends this long after its last sender at most
 CAPTURE_FILE = "roce-sample.pcap"
 CAPTURE_LOG = "roce-capture.log"
 CAPTURE_PACKETS = 300    # a sample: tcpdump stops by itself after this many
-CAPTURE_START_S = 10.0
-CAPTURE_POLL_S = 0.05
-CAPTURE_STOP_S = 10.0
 ROCE_UDP_PORT = 4791
 
 
@@ -261,46 +260,21 @@ def _collect(proc, who: str, timeout_s: float, errors: list[str]) -> dict | None
 def capture_argv(interface: str, path: Path, packets: int = CAPTURE_PACKETS) -> list[str]:
     """tcpdump keeping the first ``packets`` RoCEv2 packets (UDP port 4791) seen on
     ``interface``, whole, each written as it comes."""
-    return ["tcpdump", "-i", interface, "-U", "-c", str(packets), "-w", str(path), "udp",
-            "port", str(ROCE_UDP_PORT)]
+    return host_capture_argv(interface, path, ["udp", "port", str(ROCE_UDP_PORT)], packets)
 
 
-class RoceCapture:
+class RoceCapture(HostCapture):
     """A sample of the RoCE packets on ``host``'s NIC while the block runs, kept as
-    ``folder``/roce-sample.pcap (testbed.measure.roce decodes it)."""
+    ``folder``/roce-sample.pcap (testbed.measure.roce decodes it); tcpdump stops by itself
+    after ``packets``."""
 
     def __init__(self, net, host: str, folder: Path, packets: int = CAPTURE_PACKETS):
-        self.net, self.host = net, host
         link, end = net.fabric.host_link(host)
         self.interface = link.intf(end)
-        self.path = (folder / CAPTURE_FILE).absolute()
-        self.log_path = folder / CAPTURE_LOG
         self.packets = packets
-        self.proc = None
-
-    def __enter__(self) -> RoceCapture:
-        with open(self.log_path, "wb") as log:
-            self.proc = self.net.popen(self.host, capture_argv(self.interface, self.path,
-                                                               self.packets),
-                                       stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + CAPTURE_START_S
-        while "listening on" not in self.log_path.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.__exit__()
-                raise TestbedError(f"tcpdump on {self.host} did not start: "
-                                   f"{self.log_path.read_text(errors='replace')[-300:]}")
-            time.sleep(CAPTURE_POLL_S)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=CAPTURE_STOP_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        path = (folder / CAPTURE_FILE).absolute()
+        super().__init__(net, host, capture_argv(self.interface, path, packets), path,
+                         folder / CAPTURE_LOG)
 
     def record(self) -> dict:
         return {"pcap": str(self.path), "host": self.host, "interface": self.interface,

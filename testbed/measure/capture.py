@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from testbed.apply.state import stop_process
 from testbed.errors import TestbedError
 
 LISTENING = "listening on"  # tcpdump's line once the capture is open
@@ -75,13 +76,7 @@ class HostCapture:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, STOP_TIMEOUT_S)
         self.stats = tcpdump_stats(self.log_path.read_text(errors="replace"))
 
     def _log_tail(self) -> str:

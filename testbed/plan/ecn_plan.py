@@ -29,9 +29,7 @@ alone; OVS does delete a port's ingress qdisc when it configures policing, but b
 """
 from __future__ import annotations
 
-import json
 import os
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path, PurePosixPath
@@ -45,6 +43,17 @@ from testbed.capabilities import (
 )
 from testbed.errors import ConfigError, TestbedError
 from testbed.model.topology.checks import check_count, check_mtu, check_rate
+# pack_value and unpack_value are imported from here by the marker's callers too
+from testbed.plan.bpf_maps import (  # noqa: F401
+    Layout,
+    dump_command,
+    layout_struct,
+    pack_value,
+    parse_dump,
+    pin_path,
+    unpack_value,
+    update_command,
+)
 from testbed.plan.profiles import (
     U32_MAX,
     EcnProfile,
@@ -75,16 +84,13 @@ BPF_SECTION = "classifier"
 # asm/types.h under the multiarch directory, which clang -target bpf does not search.
 BPF_CFLAGS = ("-O2", "-g", "-Wall", "-target", "bpf",
               f"-I/usr/include/{os.uname().machine}-linux-gnu")
-# tc pins the maps of programs it loads under <bpffs>/tc/globals.
-PIN_DIR = PurePosixPath("/sys/fs/bpf/tc/globals")
 
 MODE_OFF, MODE_STEP, MODE_RED = 0, 1, 2  # ECN_MODE_* in ecn_marker.c
 # drained_bytes in ecn_marker.c multiplies the rate by up to 1e9 ns in 64 bits.
 MAX_RATE_BYTES_PER_S = U32_MAX
 
-# Map value layouts, field by field as the C structs declare them (no implicit padding, so
-# "=" (native order, standard sizes, unaligned) matches the compiler's layout).
-Layout = tuple[tuple[str, str], ...]
+# Map value layouts, field by field as the C structs declare them (testbed.plan.bpf_maps packs
+# and unpacks them).
 CONFIG_LAYOUT: Layout = (("rate_bytes_per_s", "Q"), ("limit_bytes", "I"), ("mode", "I"),
                          ("k_bytes", "I"), ("kmin_bytes", "I"), ("kmax_bytes", "I"),
                          ("pmax", "I"))
@@ -100,25 +106,6 @@ MAPS: dict[str, Layout] = {
     "ecn_counters": COUNTERS_LAYOUT,
     "ecn_qdepth": QDEPTH_LAYOUT,
 }
-KEY_STRUCT = struct.Struct("=I")  # ifindex
-
-
-def layout_struct(layout: Layout) -> struct.Struct:
-    return struct.Struct("=" + "".join(code for _, code in layout))
-
-
-def pack_value(layout: Layout, values: Mapping[str, int]) -> bytes:
-    """A map value from field values; fields not given are zero."""
-    unknown = set(values) - {name for name, _ in layout}
-    if unknown:
-        raise ValueError(f"fields not in the layout: {sorted(unknown)}")
-    return layout_struct(layout).pack(*(values.get(name, 0) for name, _ in layout))
-
-
-def unpack_value(layout: Layout, data: bytes) -> dict[str, int]:
-    return dict(zip((name for name, _ in layout), layout_struct(layout).unpack(data)))
-
-
 # --- the marker's per-port config -------------------------------------------------------------
 
 
@@ -177,22 +164,18 @@ def compile_command(source: Path = BPF_SOURCE, output: Path = BPF_OBJECT) -> lis
 def pinned_map_path(map_name: str) -> PurePosixPath:
     if map_name not in MAPS:
         raise ValueError(f"no map {map_name!r}; the marker has {', '.join(MAPS)}")
-    return PIN_DIR / map_name
+    return pin_path(map_name)
 
 
 def pinned_map_paths() -> list[PurePosixPath]:
     return [pinned_map_path(name) for name in MAPS]
 
 
-def _hex(data: bytes) -> list[str]:
-    return [f"{byte:02x}" for byte in data]
-
-
 def map_update_command(map_name: str, ifindex: int, value: bytes) -> list[str]:
-    """bpftool writing ``value`` for ``ifindex`` into a pinned map."""
+    """bpftool writing ``value`` for ``ifindex`` into one of the marker's pinned maps."""
     check_count("ifindex", ifindex, 1, U32_MAX)
-    return ["bpftool", "map", "update", "pinned", str(pinned_map_path(map_name)),
-            "key", "hex", *_hex(KEY_STRUCT.pack(ifindex)), "value", "hex", *_hex(value)]
+    pinned_map_path(map_name)  # one of the marker's
+    return update_command(map_name, ifindex, value)
 
 
 def ebpf_config_commands(ifindex: int, config: MarkerConfig) -> list[list[str]]:
@@ -204,21 +187,14 @@ def ebpf_config_commands(ifindex: int, config: MarkerConfig) -> list[list[str]]:
 
 
 def map_dump_command(map_name: str) -> list[str]:
-    """bpftool printing a pinned map as JSON (see ``parse_map_dump``)."""
-    return ["bpftool", "-j", "map", "dump", "pinned", str(pinned_map_path(map_name))]
+    """bpftool printing one of the marker's pinned maps as JSON (see ``parse_map_dump``)."""
+    pinned_map_path(map_name)  # one of the marker's
+    return dump_command(map_name)
 
 
 def parse_map_dump(map_name: str, text: str) -> dict[int, dict[str, int]]:
-    """``bpftool -j map dump`` output of one of the marker's maps -> {ifindex: fields}.
-    Reads the raw key and value bytes, so it needs no BTF in bpftool's output."""
-    layout = MAPS[map_name]
-    entries = {}
-    for entry in json.loads(text or "[]"):
-        key = bytes(int(byte, 16) for byte in entry["key"])
-        value = bytes(int(byte, 16) for byte in entry["value"])
-        (ifindex,) = KEY_STRUCT.unpack(key)
-        entries[ifindex] = unpack_value(layout, value)
-    return entries
+    """``bpftool -j map dump`` output of one of the marker's maps -> {ifindex: fields}."""
+    return parse_dump(MAPS[map_name], text)
 
 
 def queue_bytes_at(sample: Mapping[str, int], rate_bytes_per_s: int, now_ns: int) -> int:

@@ -21,7 +21,24 @@ def test_bench_rows_put_each_measure_beside_its_baseline():
             "14000 Mbit/s kernel-forwarding line", "0.100"] in rows
     assert ["  ... passing offloaded packets, mtu9000", "7000 Mbit/s",
             "14000 Mbit/s kernel-forwarding line", "0.500"] in rows
-    assert ["k=4 ring trusted at >= 90% busbw", "150.0 Mbit/s", "", ""] in rows
+    assert ["k=4 ring trusted at >= 90% busbw", "150 Mbit/s", "", ""] in rows
+    none = bench_rows({"run_id": "b4", "ceiling_k8": {"ceiling_mbit": None, "trials": [
+        {"rate_mbit": 5.0}, {"rate_mbit": 2.5}]}})
+    assert ["k=8 ring trusted at >= 90% busbw", "none of 2.5, 5 Mbit/s", "", ""] in none
     assert ["k=4 switch-hop throughput at the ceiling", "7000 Mbit/s",
             "kernel-forwarding line, MTU 9000", "0.500"] in rows
     assert ["k=4 fat-tree up", "1.0 s", "4.0 s plain Mininet", "0.25"] in rows
+
+
+def test_the_roce_engine_stands_beside_a_plain_udp_sender():
+    result = {"run_id": "b2", "roce_engine": {
+        "mtu_bytes": 1024, "message_bytes": 1 << 20,
+        "pps": [{"sink": "drained", "plain_pps_per_core": 200000.0,
+                 "engine_pps_per_core": 120000.0, "ratio": 0.6}],
+        "goodput": {"goodput_mbit": 700.0, "data_verified": True}}}
+    rows = bench_rows(result)
+    assert ["RoCE engine sender, 1024 B packets", "120000 pps/core",
+            "200000 pps/core plain UDP sender", "0.60 (goal 0.5)"] in rows
+    assert ["one RoCE QP on 127.0.0.1", "700 Mbit/s", "data verified: True", ""] in rows
+    failed = bench_rows({"run_id": "b3", "roce_engine": {"error": "boom"}})
+    assert ["RoCE engine", "failed", "boom", ""] in failed

@@ -244,7 +244,7 @@ def engine_packets(count: int, corrupt: int | None = None) -> list:
 
 def test_capture_argv_keeps_a_sample_of_roce_packets():
     assert capture_argv("l0h2-eth0", Path("/r/roce.pcap"), 300) == [
-        "tcpdump", "-i", "l0h2-eth0", "-U", "-c", "300", "-w", "/r/roce.pcap", "udp", "port",
+        "tcpdump", "-i", "l0h2-eth0", "-U", "-w", "/r/roce.pcap", "-c", "300", "udp", "port",
         "4791"]
 
 

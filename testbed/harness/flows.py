@@ -116,11 +116,14 @@ def parse_proc_net(text: str) -> dict[str, dict[str, int]]:
 
 
 def tcp_loss_counters(text: str) -> dict[str, int]:
-    """Retransmission timeouts (TcpExt TCPTimeouts) and retransmitted segments (Tcp
-    RetransSegs) from the two files' text."""
+    """Retransmission timeouts (TcpExt TCPTimeouts), tail-loss probes that repaired a loss
+    (TcpExt TCPLossProbeRecovery: Linux's timer that fires before the RTO and resends a
+    flow's last segment) and retransmitted segments (Tcp RetransSegs) from the two files'
+    text."""
     tables = parse_proc_net(text)
     try:
         return {"timeouts": tables["TcpExt"]["TCPTimeouts"],
+                "probe_recoveries": tables["TcpExt"]["TCPLossProbeRecovery"],
                 "retransmits": tables["Tcp"]["RetransSegs"]}
     except KeyError as missing:
         raise TestbedError(f"no {missing} counter in {' and '.join(PROC_TCP_FILES)}") from None

@@ -151,6 +151,20 @@ def window_of(results: list[dict], key: str = "timed_window_monotonic_s") -> lis
     return [min(w[0] for w in windows), max(w[1] for w in windows)]
 
 
+def all_ranks_window(results: list[dict],
+                     key: str = "timed_window_monotonic_s") -> list[float] | None:
+    """The part of the ranks' ``key`` windows where every rank was timing (the last start,
+    the first end): a collective moves data only while all its ranks take part, so ranks
+    that started early (no warm-up; Python ranks import at different speeds) do not stretch
+    the window the links are judged over. The span of all windows (``window_of``) when they
+    do not overlap."""
+    windows = [r[key] for r in results if r.get(key) and None not in r[key]]
+    if not windows:
+        return None
+    start, end = max(w[0] for w in windows), min(w[1] for w in windows)
+    return [start, end] if start < end else window_of(results, key)
+
+
 class RankWatch:
     """What a rank-program measurement watches on a running setup: the emulator (the
     harness's fidelity Watch) and the generators' own CPU (GeneratorCpu), for the whole

@@ -17,6 +17,7 @@ from testbed.harness.progress import Progress
 from testbed.harness.ranks import (
     Launch,
     RankWatch,
+    all_ranks_window,
     collect_ranks,
     host_problems,
     launches,
@@ -124,6 +125,16 @@ def test_windows_span_every_rank():
     assert window_of([{"timed_window_monotonic_s": [2.0, 4.0]},
                       {"timed_window_monotonic_s": [1.5, 3.0]}]) == [1.5, 4.0]
     assert window_of([{"timed_window_monotonic_s": [None, 3.0]}, {}]) is None
+
+
+def test_the_all_ranks_window_is_where_every_rank_was_timing():
+    # a rank that started early (no warm-up) does not stretch the judged window
+    assert all_ranks_window([{"timed_window_monotonic_s": [1.0, 4.0]},
+                             {"timed_window_monotonic_s": [1.6, 4.2]}]) == [1.6, 4.0]
+    # windows that never overlap: their span
+    assert all_ranks_window([{"timed_window_monotonic_s": [1.0, 2.0]},
+                             {"timed_window_monotonic_s": [3.0, 4.0]}]) == [1.0, 4.0]
+    assert all_ranks_window([{}]) is None
 
 
 def test_run_ranks_watches_each_rank_over_its_window(tmp_path):

@@ -22,7 +22,7 @@ from pydantic import Field, field_validator
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
 from testbed.harness.experiment import Experiment, Params, SetupRun
-from testbed.harness.ranks import collect_ranks
+from testbed.harness.ranks import all_ranks_window, collect_ranks, window_of
 from testbed.harness.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
 from testbed.measure.stats import jain_index
 from testbed.model.verdict import at_least, holds
@@ -250,10 +250,8 @@ def summarise(results: list[dict], size_bytes: int, rate_mbit: float) -> dict:
         "busbw_fraction_of_link": busbw * 8e3 / rate_mbit, "link_rate_mbit": rate_mbit,
         "tcp": {"segments_sent": sum(r["tcp_out_segs"] for r in results),
                 "segments_retransmitted": sum(r["tcp_retrans_segs"] for r in results)},
-        "timed_window_monotonic_s": [min(r["timed_window_monotonic_s"][0] for r in results),
-                                     max(r["timed_window_monotonic_s"][1] for r in results)],
-        "window_monotonic_s": [min(r["timed_window_monotonic_s"][0] for r in results),
-                               max(r["timed_window_monotonic_s"][1] for r in results)],
+        "timed_window_monotonic_s": all_ranks_window(results),
+        "window_monotonic_s": window_of(results),
     }
 
 

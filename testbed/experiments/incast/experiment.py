@@ -23,8 +23,9 @@ buffer):
 
 For each mode and fan-in, testbed.traffic.incast runs a server on each sender and a client on
 the receiver, which sends every round's requests at the same instant. Measured per fan-in:
-query (round) and per-flow completion times, TCP retransmission timeouts (TcpExt TCPTimeouts)
-and retransmitted segments (Tcp RetransSegs) in every participant's namespace, drops at every
+query (round) and per-flow completion times, TCP timer recoveries (TcpExt TCPTimeouts and
+TCPLossProbeRecovery) and retransmitted segments (Tcp RetransSegs) in every participant's
+namespace, drops at every
 emulated queue, ECN marks, PFC pauses (``FabricNetwork.pfc_summary``) and goodput; around all
 of a mode's fan-ins, whether the emulator kept up (testbed.measure.fidelity.Watch).
 """
@@ -144,7 +145,7 @@ class Incast(Experiment):
     title = "incast"
     Params = IncastParams
     reproduces = ("incast (Vasudevan et al., SIGCOMM 2009): drop-tail losses wait for "
-                  "retransmission timeouts; ECN marks instead, PFC pauses instead and loses "
+                  "retransmission timers; ECN marks instead, PFC pauses instead and loses "
                   "nothing")
     default_rate_mbit = 10.0
     default_mtu_bytes = 1500
@@ -314,7 +315,7 @@ class Incast(Experiment):
                             key=lambda s: s["fanin"]):
                 rows.append((f"{mode}, fan-in {s['fanin']}", summary_cell(s)))
         onsets = {mode: timeout_onset(r["summaries"]) for mode, r in results.items()}
-        rows.append(("first fan-in with an RTO", ", ".join(
+        rows.append(("first fan-in waiting on a timer", ", ".join(
             f"{mode} {'none' if n is None else n}" for mode, n in onsets.items())))
         capture = results.get(PFC, {}).get("pause_capture")
         if capture is not None:
@@ -343,7 +344,8 @@ def summary_cell(s: dict) -> str:
     cell = (f"{s['rounds_done']} queries: median {_seconds(r['median_s'])} s, p99 "
             f"{_seconds(r['p99_s'])} s, max {_seconds(r['max_s'])} s (ideal "
             f"{s['ideal_round_s']:.3f} s), goodput {goodput}; {s['queue_drops']} drops, "
-            f"{s['tcp_timeouts']} RTOs, {s['tcp_retransmits']} retransmits")
+            f"{s['tcp_timeouts']} RTOs, {s['tcp_probe_recoveries']} TLP recoveries, "
+            f"{s['tcp_retransmits']} retransmits")
     if s["ce_marks"] is not None:
         cell += f", {s['ce_marks']} CE marks"
     if s["pause_frames_sent"] is not None:

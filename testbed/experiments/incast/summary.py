@@ -45,6 +45,9 @@ def summarize(m: IncastMeasurement, rate_mbit: float) -> dict:
         "send_spread_max_s": max(m.send_spread_s, default=None),
         "warmup_round_s": m.warmup_round_s,
         "tcp_timeouts": sum(c["timeouts"] for c in m.tcp.values()),
+        "tcp_probe_recoveries": sum(c.get("probe_recoveries", 0) for c in m.tcp.values()),
+        "tcp_timer_recoveries": sum(c["timeouts"] + c.get("probe_recoveries", 0)
+                                    for c in m.tcp.values()),
         "tcp_retransmits": sum(c["retransmits"] for c in m.tcp.values()),
         "sender_timeouts": sum(c["timeouts"] for c in sender_tcp),
         "queue_drops": m.queue_drops, "switch_queue_drops": switch_drops,
@@ -59,9 +62,9 @@ def summarize(m: IncastMeasurement, rate_mbit: float) -> dict:
 
 
 def timeout_onset(rows: list[dict]) -> int | None:
-    """The smallest fan-in among ``rows`` (one mode's summaries) with a TCP retransmission
-    timeout."""
-    return min((s["fanin"] for s in rows if s["tcp_timeouts"] > 0), default=None)
+    """The smallest fan-in among ``rows`` (one mode's summaries) where TCP waited on a
+    retransmission timer (an RTO, or a tail-loss probe that repaired a loss)."""
+    return min((s["fanin"] for s in rows if s["tcp_timer_recoveries"] > 0), default=None)
 
 
 def measurement_line(s: dict) -> str:
@@ -76,5 +79,6 @@ def measurement_line(s: dict) -> str:
         extra += f", {s['pause_frames_sent']} pauses sent, {s['lossless_drops']} lossless drops"
     line = (f"fan-in {s['fanin']:2d}: {s['rounds_done']} rounds, {times} (ideal "
             f"{s['ideal_round_s']:.3f} s); {s['queue_drops']} queue drops, "
-            f"{s['tcp_timeouts']} TCP timeouts, {s['tcp_retransmits']} retransmits{extra}")
+            f"{s['tcp_timeouts']} TCP timeouts, {s['tcp_probe_recoveries']} tail-loss probe "
+            f"recoveries, {s['tcp_retransmits']} retransmits{extra}")
     return line + (f"; STOPPED: {s['error']}" if s["error"] else "")

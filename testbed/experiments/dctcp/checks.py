@@ -13,7 +13,10 @@ testbed.measure.backlog) over the judged window:
   holds at 10 ms, or its statistics describe too few instants.
 
 When N flows at Linux's smallest window (2 segments each) already queue more than K plus
-the tolerance, the ECN check says so: no marking can hold that queue at K.
+the tolerance, no marking can hold that queue at K: the ECN check then asks the median queue
+to be at most that floor plus the tolerance instead (the lowest queue any window-based TCP can
+keep; ECN's claim is that marking holds the queue down there, while drop-tail fills the
+buffer), and says so.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from testbed.experiments.dctcp.bench import (
     tcp_label,
     window_floor_bytes,
 )
-from testbed.model.verdict import Check, at_least, near
+from testbed.model.verdict import Check, at_least, at_most, near
 
 # Named tolerances.
 # Drop-tail: cubic backs off to 0.7 of its window on a loss and the bandwidth-delay product
@@ -125,17 +128,28 @@ def ecn_checks(name: str, r: dict) -> list[Check]:
     mtu = r["mtu_bytes"]
     notes = setup_notes(name, r)
     floor_note = window_floor_note(r)
+    target, target_name, check_name = k, f"K = {k / mtu:.1f}", "ECN median queue near K"
     if floor_note:
-        notes.append(floor_note)
+        notes.append(floor_note + "; judged against that floor instead")
+        target = round(floor_bytes(r))
+        target_name = f"the window floor of {target / mtu:.1f} (K = {k / mtu:.1f})"
+        check_name = "ECN median queue at most the window floor"
     near_k = (f"{describe(r)}: median queue {_num(median and median / mtu, '.1f')} packets "
-              f"(real backlog of {r['bottleneck']}) against K = {k / mtu:.1f}, within "
-              f"{ECN_MEDIAN_TOLERANCE_FRAMES} frames; {published(DCTCP_ANCHOR)}")
+              f"(real backlog of {r['bottleneck']}) against {target_name}, within "
+              f"{ECN_MEDIAN_TOLERANCE_FRAMES} frames{' above' if floor_note else ''}; "
+              f"{published(DCTCP_ANCHOR)}")
     utilisation = (f"{describe(r)}: the bottleneck carried {r['utilisation']:.1%} of "
                    f"{r['rate_mbit']:g} Mbit/s with the median queue at "
                    f"{_num(median and median / mtu, '.1f')} packets; {published(DCTCP_CLAIM)}")
+    measured = None if median is None else round(median, 1)
+    if floor_note:  # below the floor is lower still: only a queue above it fails
+        queue_check = at_most(check_name, measured, target + ecn_tolerance_bytes(r), "bytes",
+                              _statement(near_k, notes), name)
+    else:
+        queue_check = near(check_name, measured, target, ecn_tolerance_bytes(r), "bytes",
+                           _statement(near_k, notes), name)
     return [
-        near("ECN median queue near K", None if median is None else round(median, 1), k,
-             ecn_tolerance_bytes(r), "bytes", _statement(near_k, notes), name),
+        queue_check,
         at_least("ECN utilisation", round(r["utilisation"], 4), ECN_MIN_UTILISATION,
                  "fraction of the link rate", _statement(utilisation, []), name),
     ]

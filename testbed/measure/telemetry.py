@@ -177,20 +177,31 @@ class Sampler:
         last_t = time.monotonic()
         while True:
             now = time.monotonic()
+            opening = not s.t_s  # the first sample ends no interval worth the name
             s.t_s.append(now - self._t0)
             for d in self.directions:
                 s.link_bytes[d.label].append(read_int(d.counter_path))
             busy, total = cpu_times()
             vsw = process_cpu_ticks(self.vswitchd_pids)
             dt = max(now - last_t, 1e-6)
-            s.cpu_busy_fraction.append((busy - last_busy) / max(total - last_total, 1))
-            s.vswitchd_cores.append((vsw - last_vsw) / CLOCK_TICKS_PER_S / dt)
+            s.cpu_busy_fraction.append(0.0 if opening else
+                                       (busy - last_busy) / max(total - last_total, 1))
+            s.vswitchd_cores.append(0.0 if opening else
+                                    (vsw - last_vsw) / CLOCK_TICKS_PER_S / dt)
             for name, pids in self.threads.items():
                 ticks = thread_ticks(pids)
-                thread, cores = busiest_thread(last_threads[name], ticks, dt)
+                thread, cores = ("", 0.0) if opening else \
+                    busiest_thread(last_threads[name], ticks, dt)
                 s.thread_cores[name].append(cores)
                 s.thread_names[name].append(thread)
                 last_threads[name] = ticks
+            if len(s.t_s) == 2:  # the opening sample takes the first real interval's values:
+                # microseconds after the baseline, one clock tick read as hundreds of cores
+                s.cpu_busy_fraction[0] = s.cpu_busy_fraction[1]
+                s.vswitchd_cores[0] = s.vswitchd_cores[1]
+                for name in self.threads:
+                    s.thread_cores[name][0] = s.thread_cores[name][1]
+                    s.thread_names[name][0] = s.thread_names[name][1]
             last_busy, last_total, last_vsw, last_t = busy, total, vsw, now
             if self._stop.wait(self.interval_s):
                 break

@@ -5,6 +5,7 @@ import pytest
 
 from testbed.measure.telemetry import (
     Direction,
+    Sampler,
     Series,
     link_directions,
     window_mean,
@@ -132,3 +133,23 @@ def test_the_busiest_thread_between_two_readings():
     # its whole life in one interval (it once showed as 476 cores)
     missed = {**after, (1, 4): ("old", 60 * tick)}
     assert busiest_thread(before, missed, 0.25)[0] == "worker"
+
+
+def test_the_sampler_never_reads_a_clock_tick_as_many_cores():
+    # The opening sample comes microseconds after the baseline: read as an interval, one
+    # tick of a busy thread is hundreds of cores. It takes the first real interval's values.
+    import os
+    import time
+
+    for _ in range(5):
+        with Sampler([], [os.getpid()], interval_s=0.05,
+                     threads={"this test": [os.getpid()]}) as sampler:
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end:
+                pass  # keep a thread busy so its ticks advance
+        s = sampler.series
+        assert len(s.t_s) >= 2
+        assert max(s.thread_cores["this test"]) <= 2.0
+        assert max(s.vswitchd_cores) <= 2.0  # one process, mostly one busy thread
+        assert s.thread_cores["this test"][0] == s.thread_cores["this test"][1]
+        assert s.cpu_busy_fraction[0] == s.cpu_busy_fraction[1]

@@ -174,6 +174,8 @@ def test_the_bundled_scenarios():
     assert [s.name for s in lossless.setups] == [PFC]
     p = lossless.experiment.params
     assert p.capture_pauses and p.fanins == [15] and p.buffer_bytes == 300_000
+    bundled = testbed.harness.scenario.load("incast")
+    assert [s.queue.buffer_bytes for s in bundled.setups] == [48_000, 48_000, 62_500]
 
 
 # --- per mode ---------------------------------------------------------------------------------
@@ -197,6 +199,21 @@ def test_each_mode_is_a_setup_with_its_own_queue_on_the_same_buffer():
     # the default traffic class is the one PFC protects
     assert pfc.queue.priority_for_dscp(e.params.dscp) in pfc.queue.lossless_priorities
     assert all(s.routing == "ecmp" for s in (droptail, ecn, pfc))
+
+
+def test_the_pfc_mode_may_have_a_buffer_of_its_own():
+    # PFC's headroom at 10 Mbit/s (53 KB) does not fit in the 32 KB where drop-tail collapses
+    with pytest.raises(errors.ConfigError, match="32000 B cannot hold the pfc queue") as refused:
+        experiment(buffer_bytes=32_000).setups()
+    assert refused.value.field == "params.buffer_bytes"
+    droptail, ecn, pfc = experiment(buffer_bytes=32_000, pfc_buffer_bytes=62_500).setups()
+    assert droptail.queue.buffer_bytes == ecn.queue.buffer_bytes == 32_000
+    assert pfc.queue.buffer_bytes == 62_500 and pfc.queue_record["buffer_bytes"] == 62_500
+    with pytest.raises(errors.ConfigError) as small:
+        experiment(buffer_bytes=32_000, pfc_buffer_bytes=40_000).setups()
+    assert small.value.field == "params.pfc_buffer_bytes"
+    found = experiment(pfc_buffer_bytes=1000).problems()
+    assert [p.path for p in found] == [("params", "pfc_buffer_bytes")]
 
 
 def test_a_longer_pause_reaction_needs_more_headroom():

@@ -11,7 +11,8 @@ SIGCOMM 2010); PFC pauses the upstream ports instead of dropping, so a lossless 
 nothing (IEEE 802.1Qbb), at the price of pausing.
 
 Modes, each a setup of its own (a fresh fabric whose every switch port gets the same byte
-buffer):
+buffer; the pfc mode may get a larger one, ``pfc_buffer_bytes``, as a switch reserves PFC's
+headroom beside the shared buffer):
 
 - ``droptail``: the buffer alone; hosts run cubic (reno without it), ECN off;
 - ``ecn``: DCTCP step marking at K (``testbed.plan.scaling``, scheme dctcp, scaled to the
@@ -107,6 +108,11 @@ class IncastParams(Params):
     buffer_bytes: int | None = Field(None, ge=1, le=U32_MAX,
                                      description="every port's buffer in bytes (none: 50 "
                                                  "ms at the link rate)")
+    pfc_buffer_bytes: int | None = Field(None, ge=1, le=U32_MAX,
+                                         description="every port's buffer in the pfc mode "
+                                                     "(none: buffer_bytes); PFC needs its "
+                                                     "headroom above XOFF, which a switch "
+                                                     "reserves beside the shared buffer")
     dscp: int = Field(LOSSLESS_DSCP, ge=0, le=MAX_DSCP,
                       description="DSCP of the incast traffic (26: the lossless class)")
     pfc_reaction_time_s: float = Field(DEFAULT_PFC_REACTION_TIME_S, ge=0, le=1,
@@ -154,10 +160,18 @@ class Incast(Experiment):
                    "--warmup": "warmup_rounds"}
 
     # -- plans ------------------------------------------------------------------------------
-    def buffer_bytes(self) -> int:
+    def buffer_bytes(self, mode: str = DROPTAIL) -> int:
+        """Every switch port's buffer in ``mode``."""
+        if mode == PFC and self.params.pfc_buffer_bytes is not None:
+            return self.params.pfc_buffer_bytes
         if self.params.buffer_bytes is None:
             return default_buffer_bytes(self.rate_mbit, self.mtu_bytes)
         return self.params.buffer_bytes
+
+    def buffer_field(self, mode: str) -> str:
+        """The parameter that sets ``mode``'s buffer."""
+        pfc_own = mode == PFC and self.params.pfc_buffer_bytes is not None
+        return "params.pfc_buffer_bytes" if pfc_own else "params.buffer_bytes"
 
     def queries(self) -> Queries:
         p = self.params
@@ -166,7 +180,7 @@ class Incast(Experiment):
 
     def mode_queue(self, mode: str) -> tuple[QueueConfig, dict]:
         """Every switch port's queue in ``mode``, and the record of how it was chosen."""
-        buffer_bytes = self.buffer_bytes()
+        buffer_bytes = self.buffer_bytes(mode)
         if mode == DROPTAIL:
             return QueueConfig(buffer_bytes=buffer_bytes), {"buffer_bytes": buffer_bytes}
         if mode == ECN:
@@ -185,12 +199,14 @@ class Incast(Experiment):
             problems.append(Problem(("params", "receiver"), f"must be a host of the "
                                     f"k={FAT_TREE_K} fat-tree ({hosts[0]} .. {hosts[-1]}), "
                                     f"got {p.receiver!r}"))
-        if p.buffer_bytes is not None and p.buffer_bytes < MIN_BUFFER_FRAMES * self.mtu_bytes:
-            problems.append(Problem(("params", "buffer_bytes"), f"must hold at least "
-                                    f"{MIN_BUFFER_FRAMES} frames of the {self.mtu_bytes}-byte "
-                                    f"MTU, got {p.buffer_bytes}"))
+        for field in ("buffer_bytes", "pfc_buffer_bytes"):
+            value = getattr(p, field)
+            if value is not None and value < MIN_BUFFER_FRAMES * self.mtu_bytes:
+                problems.append(Problem(("params", field), f"must hold at least "
+                                        f"{MIN_BUFFER_FRAMES} frames of the "
+                                        f"{self.mtu_bytes}-byte MTU, got {value}"))
         if PFC in p.modes:
-            queue = QueueConfig(buffer_bytes=self.buffer_bytes())
+            queue = QueueConfig(buffer_bytes=self.buffer_bytes(PFC))
             if queue.priority_for_dscp(p.dscp) not in queue.lossless_priorities:
                 problems.append(Problem(("params", "dscp"), f"the pfc mode needs the traffic "
                                         f"in a lossless class (DSCP {LOSSLESS_DSCP}), got "
@@ -212,8 +228,9 @@ class Incast(Experiment):
             try:
                 queue, record = self.mode_queue(mode)
             except ConfigError as err:
-                raise ConfigError("params.buffer_bytes", f"{self.buffer_bytes()} B cannot "
-                                  f"hold the {mode} queue: {err.field}: {err.problem}") from None
+                raise ConfigError(self.buffer_field(mode), f"{self.buffer_bytes(mode)} B "
+                                  f"cannot hold the {mode} queue: {err.field}: "
+                                  f"{err.problem}") from None
             tcp = mode_tcp(mode == ECN, self.platform)
             setups.append(Setup(mode, fabric, "ecmp", queue, record, tcp,
                                 description=f"{mode} queues, hosts "

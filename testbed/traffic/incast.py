@@ -20,7 +20,9 @@ their end. ``query`` prints one JSON object: per round the monotonic start time,
 flow's completion time and the round's (all times in seconds from the round's first
 request), the ``--warmup`` rounds (the first exchanges over new connections, which also
 meet every cold cache on the path) kept apart; ``error`` says why the rounds stopped early,
-if they did (exit status 1).
+if they did (exit status 1). With ``--hold-after-warmup`` it first prints the line
+``warmed`` after the warm-up and waits for a line on stdin, so that a caller reads every
+host's counters over the recorded queries only.
 
 Both ends can put their packets in a traffic class: ``--dscp D`` sets IP_TOS to D << 2 on
 every socket before it connects or listens, so SYNs, requests, data and ACKs all carry it
@@ -46,6 +48,7 @@ CONNECT_RETRY_S = 0.05  # servers may still be starting when the client first tr
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_ROUND_TIMEOUT_S = 60.0
 LISTEN_BACKLOG = 64
+WARMED_LINE = "warmed"  # --hold-after-warmup's line on stdout, before the result's JSON
 
 
 class RoundTimeout(Exception):
@@ -223,10 +226,13 @@ def query_round(socks: list[socket.socket], response_bytes: int, timeout_s: floa
 
 def query(servers: list[tuple[str, int]], response_bytes: int, rounds: int, gap_s: float,
           dscp: int, round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S,
-          connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, warmup: int = 0) -> dict:
+          connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, warmup: int = 0,
+          warmed=None) -> dict:
     """``warmup`` queries, kept apart in ``warmup_rounds``, then ``rounds`` synchronised
     queries to ``servers``, all ``gap_s`` apart; the result as plain data. A round that
-    fails ends the rounds; ``error`` says why (rounds counted from the first warm-up)."""
+    fails ends the rounds; ``error`` says why (rounds counted from the first warm-up).
+    ``warmed``, if given, is called once the warm-up queries are done (and the gap after
+    them has passed), before the first recorded one."""
     encode_request(response_bytes)  # a bad size is the caller's error, not a failed round
     result: dict = {"servers": [f"{ip}:{port}" for ip, port in servers],
                     "response_bytes": response_bytes, "dscp": dscp, "gap_s": gap_s,
@@ -243,6 +249,8 @@ def query(servers: list[tuple[str, int]], response_bytes: int, rounds: int, gap_
         for index in range(warmup + rounds):
             if index:
                 time.sleep(gap_s)
+            if index == warmup and warmed is not None:
+                warmed()
             try:
                 done = query_round(socks, response_bytes, round_timeout_s, scratch)
             except (RoundTimeout, OSError) as exc:
@@ -253,6 +261,12 @@ def query(servers: list[tuple[str, int]], response_bytes: int, rounds: int, gap_
         for sock in socks:
             sock.close()
     return result
+
+
+def hold_for_caller() -> None:
+    """Say the warm-up is over and wait until the caller answers (one line on stdin)."""
+    print(WARMED_LINE, flush=True)
+    sys.stdin.readline()
 
 
 def parse_servers(text: str, default_port: int | None) -> list[tuple[str, int]]:
@@ -290,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--dscp", type=int, default=0)
     q.add_argument("--round-timeout-s", type=float, default=DEFAULT_ROUND_TIMEOUT_S)
     q.add_argument("--connect-timeout-s", type=float, default=DEFAULT_CONNECT_TIMEOUT_S)
+    q.add_argument("--hold-after-warmup", action="store_true",
+                   help=f"after the warm-up, print {WARMED_LINE!r} and wait for a line on "
+                        "stdin (the caller reads its counters in between)")
     return ap
 
 
@@ -302,7 +319,7 @@ def main(argv=None) -> int:
         return 0
     result = query(parse_servers(args.servers, args.port), args.response_bytes, args.rounds,
                    args.gap_s, args.dscp, args.round_timeout_s, args.connect_timeout_s,
-                   args.warmup)
+                   args.warmup, hold_for_caller if args.hold_after_warmup else None)
     print(json.dumps(result), flush=True)
     return 1 if result["error"] else 0
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -54,6 +55,7 @@ from testbed.experiments.incast.workload import (
     Queries,
     bottleneck_port,
     client_argv,
+    read_line,
     sender_hosts,
     server_argv,
 )
@@ -259,6 +261,7 @@ def test_the_driver_speaks_the_programs_command_line():
         client_argv(["10.1.0.2", "10.2.0.2"], 5601, queries)[3:])
     assert (client.mode, client.response_bytes, client.rounds, client.warmup, client.gap_s,
             client.dscp, client.round_timeout_s) == ("query", 1234, 7, 2, 0.05, 26, 9.5)
+    assert client.hold_after_warmup  # the driver reads the counters after the warm-up
     assert program.parse_servers(client.servers, client.port) == [("10.1.0.2", 5601),
                                                                    ("10.2.0.2", 5601)]
     server = program.build_parser().parse_args(server_argv(5601, 26)[3:])
@@ -387,6 +390,42 @@ def test_queries_collect_every_response_each_round():
         assert len(r["flow_s"]) == senders and all(t > 0 for t in r["flow_s"])
         assert r["round_s"] == max(r["flow_s"])
         assert 0 <= r["send_spread_s"] <= r["round_s"]
+
+
+def test_the_client_calls_back_between_warm_up_and_recorded_queries():
+    addresses, threads = start_servers(2, dscp=0)
+    calls = []
+    result = program.query(addresses, 10_000, rounds=2, gap_s=0.01, dscp=0,
+                           round_timeout_s=IO_TIMEOUT_S, connect_timeout_s=IO_TIMEOUT_S,
+                           warmup=2, warmed=lambda: calls.append(time.monotonic()))
+    for thread in threads:
+        thread.join(IO_TIMEOUT_S)
+    assert result["error"] is None and len(calls) == 1
+    last_warmup = result["warmup_rounds"][-1]
+    assert last_warmup["start_monotonic_s"] + last_warmup["round_s"] <= calls[0]
+    assert calls[0] <= result["rounds"][0]["start_monotonic_s"]
+
+
+def test_a_held_client_waits_for_its_caller_after_the_warm_up():
+    # the driver reads every host's counters while the client waits, then lets it go on
+    addresses, threads = start_servers(1, dscp=0)
+    queries = Queries(response_bytes=5000, rounds=2, warmup=1, gap_s=0.0, dscp=0,
+                      round_timeout_s=IO_TIMEOUT_S)
+    argv = client_argv([addresses[0][0]], addresses[0][1], queries)
+    client = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert read_line(client.stdout, IO_TIMEOUT_S).strip() == program.WARMED_LINE.encode()
+        time.sleep(0.2)
+        assert client.poll() is None  # held: no recorded query without the caller's word
+        out, _ = client.communicate(b"go\n", timeout=IO_TIMEOUT_S)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    threads[0].join(IO_TIMEOUT_S)
+    result = json.loads(out)
+    assert client.returncode == 0 and len(result["rounds"]) == 2
+    assert len(result["warmup_rounds"]) == 1
 
 
 def test_client_sockets_carry_the_dscp():

@@ -282,7 +282,9 @@ class Incast(Experiment):
 
     def measure_fanin(self, run: SetupRun, fanin: int, port: int) -> IncastMeasurement:
         """The queries (after the warm-up ones) from ``fanin`` senders to the receiver, with
-        every counter read before and after; raw output in fanin<N>/."""
+        every counter read when the warm-up is over (the client waits meanwhile) and after
+        the last query, so that they count the recorded queries only (the ECN marks and
+        queue depths of the queue report include the warm-up); raw output in fanin<N>/."""
         net, receiver = run.net, self.params.receiver
         senders = sender_hosts(net.fabric, receiver, fanin)
         m = IncastMeasurement(run.setup.name, fanin, receiver, senders,
@@ -290,16 +292,25 @@ class Incast(Experiment):
         outdir = run.workdir / f"fanin{fanin}"
         outdir.mkdir(parents=True, exist_ok=True)
         hosts = [*senders, receiver]
-        tcp_before = read_tcp_counters(net, hosts)
-        drops_before = net.queue_drops()
-        switches_before = net.switch_counters()
-        pfc_before = net.pfc_summary() if net.pfc is not None else None
+        before: dict = {}
+
+        def warmed() -> None:
+            before["tcp"] = read_tcp_counters(net, hosts)
+            before["drops"] = net.queue_drops()
+            before["switches"] = net.switch_counters()
+            before["pfc"] = net.pfc_summary() if net.pfc is not None else None
+
         report: dict = {}
         with run.queues(report):
             try:
-                client = run_programs(net, receiver, senders, port, self.queries(), outdir)
+                client = run_programs(net, receiver, senders, port, self.queries(), outdir,
+                                      warmed)
             except TestbedError as err:  # a hung or failed client: the other fan-ins go on
                 client = {"error": str(err)}
+        if not before:  # the client stopped before its warm-up ended: count from now
+            warmed()
+        tcp_before, drops_before = before["tcp"], before["drops"]
+        switches_before, pfc_before = before["switches"], before["pfc"]
         if pfc_before is not None:  # paused queues drain, and the agent writes its counters
             net.wait_switches_drained()
             time.sleep(PFC_SETTLE_S)

@@ -4,6 +4,7 @@ it (a server on every sender, the client on the receiver)."""
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from testbed.errors import ConfigError, TestbedError
 from testbed.model.topology.base import Fabric
-from testbed.traffic.incast import DEFAULT_CONNECT_TIMEOUT_S
+from testbed.traffic.incast import DEFAULT_CONNECT_TIMEOUT_S, WARMED_LINE
 
 CLIENT_GRACE_S = 30.0  # beyond the rounds' own time limits, before the client counts as hung
 SERVER_EXIT_S = 5.0  # servers exit once the client closes its connections
@@ -94,7 +95,7 @@ def client_argv(servers: list[str], port: int, queries: Queries) -> list[str]:
             ",".join(servers), "--port", str(port), "--response-bytes",
             str(queries.response_bytes), "--rounds", str(queries.rounds), "--warmup",
             str(queries.warmup), "--gap-s", repr(queries.gap_s), "--dscp", str(queries.dscp),
-            "--round-timeout-s", repr(queries.round_timeout_s)]
+            "--round-timeout-s", repr(queries.round_timeout_s), "--hold-after-warmup"]
 
 
 def server_argv(port: int, dscp: int) -> list[str]:
@@ -102,10 +103,20 @@ def server_argv(port: int, dscp: int) -> list[str]:
             "--dscp", str(dscp), "--connections", "1"]
 
 
+def read_line(stream, timeout_s: float) -> bytes:
+    """One line from a child's pipe, or TimeoutExpired after ``timeout_s`` (b"" at its end)."""
+    ready, _, _ = select.select([stream], [], [], timeout_s)
+    if not ready:
+        raise subprocess.TimeoutExpired("incast client", timeout_s)
+    return stream.readline()
+
+
 def run_programs(net, receiver: str, senders: list[str], port: int, queries: Queries,
-                 outdir: Path) -> dict:
+                 outdir: Path, warmed=lambda: None) -> dict:
     """A server on every sender, the client on the receiver; the client's result (its raw
-    output is kept in ``outdir``/client.json, every program's errors beside it)."""
+    output is kept in ``outdir``/client.json, every program's errors beside it).
+    ``warmed`` is called between the warm-up queries and the recorded ones, while the
+    client waits (the caller reads its counters there)."""
     ips = [net.fabric.nodes[s].ip for s in senders]
     procs = []
     try:
@@ -115,10 +126,17 @@ def run_programs(net, receiver: str, senders: list[str], port: int, queries: Que
                                        stdout=subprocess.DEVNULL, stderr=err))
         with open(outdir / "client.err", "wb") as err:
             client = net.popen(receiver, client_argv(ips, port, queries),
-                               stdout=subprocess.PIPE, stderr=err)
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         procs.append(client)
         try:
+            first = read_line(client.stdout, queries.client_limit_s())
+            if first.strip() == WARMED_LINE.encode():
+                warmed()
+                client.stdin.write(b"go\n")
+                client.stdin.flush()
+                first = b""
             out, _ = client.communicate(timeout=queries.client_limit_s())
+            out = first + out
         except subprocess.TimeoutExpired:
             raise TestbedError(f"the incast client on {receiver} did not finish in "
                                f"{queries.client_limit_s():.0f} s") from None

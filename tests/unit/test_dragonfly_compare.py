@@ -83,7 +83,7 @@ def test_the_scenario_loads():
 
 
 def test_kim_et_al_claims_hold_on_the_readme_measurement():
-    # the README's run: shift 34.2 / 51.1 / 84.2 / 57.7%, random 79.2 / 58.0 / 75.0 / 79.7%
+    # a run before the harness: shift 34.2 / 51.1 / 84.2 / 57.7%, random 79.2 / 58.0 / 75.0 / 79.7%
     checks = experiment().checks(results_with({
         "minimal": (0.342, 0.792), "valiant": (0.511, 0.580), "ugal": (0.842, 0.750),
         "ecmp": (0.577, 0.797)}))

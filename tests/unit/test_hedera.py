@@ -177,7 +177,7 @@ def test_ordering_holds_and_breaks_by_hand():
 
 def test_where_single_path_lost_nothing_ecmp_has_nothing_to_beat():
     """Stride 1 on the k=4 fat-tree: no two flows share a link on one path per destination
-    (the README's run: 98.6% non-blocking and ECMP, 98.4% single-path)."""
+    (a run before the harness: 98.6% non-blocking and ECMP, 98.4% single-path)."""
     e = experiment(patterns=["stride1"], spread=False)
     checks = e.checks(results_with({"nonblocking": {"stride1": 0.986},
                                     "ecmp": {"stride1": 0.986}, "single": {"stride1": 0.984}}))
@@ -215,7 +215,7 @@ def test_the_published_gap_stands_beside_ours():
     assert flipped["stride4: ECMP / non-blocking beside Hedera's"] == "FAIL"
 
 
-README_RUN = {"nonblocking": {"stride1": 0.986, "stride2": 0.981, "stride4": 0.984,
+EARLIER_RUN = {"nonblocking": {"stride1": 0.986, "stride2": 0.981, "stride4": 0.984,
                               "stride8": 0.983, "random": 0.983},
               "ecmp": {"stride1": 0.986, "stride2": 0.677, "stride4": 0.431, "stride8": 0.493,
                        "random": 0.582},
@@ -225,7 +225,7 @@ README_RUN = {"nonblocking": {"stride1": 0.986, "stride2": 0.981, "stride4": 0.9
 
 def test_the_readme_measurement_passes_every_check():
     e = experiment()
-    checks = e.checks(results_with(README_RUN, {"ecmp": [4.9, 4.8], "single": [9.8, 0.0]}))
+    checks = e.checks(results_with(EARLIER_RUN, {"ecmp": [4.9, 4.8], "single": [9.8, 0.0]}))
     assert [c.name for c in checks if c.passed is False] == []
     assert [c.name for c in checks if c.passed is None] == ["stride1: ECMP > single-path"]
     shape = next(c for c in checks if c.name == "the gap opens as flows climb the tree")
@@ -234,7 +234,7 @@ def test_the_readme_measurement_passes_every_check():
 
 
 def test_the_shape_breaks_when_a_core_stride_keeps_more_than_the_pod_stride():
-    run = {setup: dict(by_pattern) for setup, by_pattern in README_RUN.items()}
+    run = {setup: dict(by_pattern) for setup, by_pattern in EARLIER_RUN.items()}
     run["ecmp"]["stride8"] = 0.70  # 0.71 of the non-blocking, above stride 2's 0.69
     e = experiment(spread=False)
     assert outcomes(e.checks(results_with(run)))["the gap opens as flows climb the tree"] == "FAIL"
@@ -346,7 +346,7 @@ def test_measure_returns_patterns_spread_and_the_worst_windows_fidelity(monkeypa
 
 def test_rows_put_the_published_ratio_beside_ours_and_plots_are_written(tmp_path):
     e = experiment()
-    results = results_with(README_RUN, {"ecmp": [4.9, 4.8], "single": [9.8, 0.0]})
+    results = results_with(EARLIER_RUN, {"ecmp": [4.9, 4.8], "single": [9.8, 0.0]})
     rows = dict(e.rows(results))
     assert rows["stride4"] == ("non-blocking 98.4%, ECMP 43.1%, single-path 24.8% of the host "
                                "links; ECMP / non-blocking 0.44 (Hedera 0.28)")

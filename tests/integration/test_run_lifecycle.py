@@ -19,14 +19,25 @@ TESTBED = [sys.executable, "-m", "testbed"]
 # and last steps dominate), so the busbw expectation is lowered; the lifecycle is under test.
 SMALL_RUN = ["run", "scenarios/fattree-allreduce.yaml", "--size-bytes", "262144", "--iters", "1",
              "--warmup", "0", "--set", "params.expect_busbw_fraction=0.5"]
+# What the interrupt tests start: the same ring for 40 iterations (about 30 s), so that a
+# signal sent when the ring starts lands mid-run even when this test process, starved by the
+# ranks, reads the run's output seconds late (teardown ignores Ctrl-C by design).
+INTERRUPTED_RUN = [*SMALL_RUN[:SMALL_RUN.index("--iters") + 1], "40",
+                   *SMALL_RUN[SMALL_RUN.index("--iters") + 2:]]
 STARTUP_TIMEOUT_S = 60
 NOBODY = 65534  # a uid and gid that are not root's
 
 
+def interruptible() -> None:
+    """Ctrl-C's default action in the run, as in a terminal: a run started from a background
+    job inherits SIGINT ignored (the shell's rule without job control), and Python keeps it so."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_run(results: Path) -> subprocess.Popen:
-    return subprocess.Popen([*TESTBED, *SMALL_RUN, "--results", str(results)], cwd=REPO,
+    return subprocess.Popen([*TESTBED, *INTERRUPTED_RUN, "--results", str(results)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=interruptible)
 
 
 def wait_for_line(proc: subprocess.Popen, needle: str) -> list[str]:

@@ -319,3 +319,31 @@ def test_programs_report_errors_as_json():
         "-b", "8", "-e", "8"])
     code, res = out[0]
     assert code == 1 and not res["verified"] and "TimeoutError" in res["error"]
+
+
+# --- one socket, one direction: the blocking path -----------------------------------------------
+
+
+def test_a_large_message_on_one_channel_arrives_whole_through_a_slow_reader():
+    """Sending 4 MiB fills the socket buffers many times over: the blocking send waits for
+    the reader, the waiting receive gets all of it; neither loop polls."""
+    transports = local_transports(2, io_timeout_s=IO_TIMEOUT_S)
+    message = np.random.default_rng(1).integers(0, 255, 4 << 20, dtype=np.uint8)
+    got = np.zeros_like(message)
+    try:
+        sender = threading.Thread(target=transports[0].send, args=(1, message))
+        sender.start()
+        transports[1].recv(0, got)
+        sender.join()
+    finally:
+        close_local(transports)
+    assert np.array_equal(got, message)
+
+
+def test_a_send_nobody_reads_times_out_without_progress():
+    transports = local_transports(2, io_timeout_s=0.3)
+    try:
+        with pytest.raises(TimeoutError, match="no progress for 0.3 s"):
+            transports[0].send(1, bytearray(64 << 20))
+    finally:
+        close_local(transports)

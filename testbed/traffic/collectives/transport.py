@@ -32,6 +32,7 @@ MIN_PART_BYTES = 16 * 1024    # a message is split over as many channels as give
 DIAL_RETRY_S = 0.05
 HELLO = struct.Struct("!4sII")  # magic, rank, channel: the first bytes on every connection
 HELLO_MAGIC = b"TBCL"
+TIMEVAL = struct.Struct("@ll")  # struct timeval (seconds, microseconds): SO_RCVTIMEO, SO_SNDTIMEO
 
 
 class Transport:
@@ -170,6 +171,11 @@ class SocketTransport(Transport):
     def _transfer(self, sends, recvs) -> None:
         """Move every (socket, view) of ``sends`` and ``recvs`` to completion, whichever is
         ready first; fail after ``io_timeout_s`` without progress."""
+        items = [(sock, view, True) for sock, view in sends if len(view)]
+        items += [(sock, view, False) for sock, view in recvs if len(view)]
+        if len(items) == 1:
+            self._transfer_blocking(*items[0])
+            return
         pending = {}
         for writing, items in ((True, sends), (False, recvs)):
             for sock, view in items:
@@ -199,6 +205,26 @@ class SocketTransport(Transport):
             if wait_s <= 0:
                 raise TimeoutError(f"rank {self.rank}: no progress for {self.io_timeout_s:g} s")
             ready = [fd for fd, _ in poller.poll(wait_s * 1000)]
+
+    def _transfer_blocking(self, sock: socket.socket, view: memoryview, writing: bool) -> None:
+        """One socket, one direction: the whole view in blocking calls (a receive waits for
+        all of it), so the kernel, not this loop, handles every arriving or departing
+        packet; the socket's kernel timeout stands for ``io_timeout_s`` without progress."""
+        timeout = TIMEVAL.pack(int(self.io_timeout_s), int(self.io_timeout_s % 1 * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO if writing else socket.SO_RCVTIMEO,
+                        timeout)
+        sock.setblocking(True)
+        try:
+            while len(view):
+                n = sock.send(view) if writing else sock.recv_into(view, len(view),
+                                                                   socket.MSG_WAITALL)
+                if n == 0:
+                    raise ConnectionError("peer closed the connection")
+                view = view[n:]
+        except BlockingIOError:
+            raise TimeoutError(f"rank {self.rank}: no progress for {self.io_timeout_s:g} s") from None
+        finally:
+            sock.setblocking(False)
 
     @staticmethod
     def _progress(entry: list) -> bool:

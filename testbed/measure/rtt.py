@@ -182,23 +182,39 @@ class RttProbe:
         wanted = {(index, handle_major(h)) for h in self.host_handles}
         return in_netns(netns, lambda: QdiscBacklogs(wanted)), link.rate_mbit
 
-    def _sample(self) -> None:
+    def _switch_reader(self) -> tuple[object, dict[tuple[int, int], str]]:
+        """A netlink reader of every buffer on the probe path's switch ports (root
+        namespace; the ports' qdiscs listed once by tc), and which port each (ifindex,
+        handle major) is."""
+        import socket
+
+        from testbed.apply.netlink import QdiscBacklogs
+        from testbed.measure.backlog import handle_major
         from testbed.measure.counters import read_qdiscs
 
         ports = {p for hop in self.hops for p in hop.ports}
-        while not self._stop.wait(self.interval_s):
-            t = time.monotonic()
-            try:
-                qdiscs = read_qdiscs()
-                hosts_ms = sum(sum(reader.read().values()) * 8 / (rate * 1e6) * 1000
-                               for reader, rate in self.host_readers if rate)
-            except Exception:  # a failed read leaves a gap, never a wrong number
-                continue
-            backlog: dict[str, int] = {}
-            for q in qdiscs:
-                if q.get("dev") in ports and q.get("handle") in self.handles:
-                    backlog[q["dev"]] = backlog.get(q["dev"], 0) + q.get("backlog", 0)
-            self.samples.append((t, explained_ms(self.hops, backlog) + hosts_ms))
+        port_of = {(socket.if_nametoindex(q["dev"]), handle_major(q["handle"])): q["dev"]
+                   for q in read_qdiscs()
+                   if q.get("dev") in ports and q.get("handle") in self.handles}
+        return QdiscBacklogs(set(port_of)), port_of
+
+    def _sample(self) -> None:
+        switches, port_of = self._switch_reader()
+        try:
+            while not self._stop.wait(self.interval_s):
+                t = time.monotonic()
+                try:
+                    queues = switches.read()
+                    hosts_ms = sum(sum(reader.read().values()) * 8 / (rate * 1e6) * 1000
+                                   for reader, rate in self.host_readers if rate)
+                except Exception:  # a failed read leaves a gap, never a wrong number
+                    continue
+                backlog: dict[str, int] = {}
+                for key, nbytes in queues.items():
+                    backlog[port_of[key]] = backlog.get(port_of[key], 0) + nbytes
+                self.samples.append((t, explained_ms(self.hops, backlog) + hosts_ms))
+        finally:
+            switches.sock.close()
 
     def __exit__(self, *exc) -> None:
         self._stop.set()

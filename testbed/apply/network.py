@@ -65,6 +65,7 @@ from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size 
 )
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import SYSCTL_TCP_CC, queue_record, sysctl_lines
+from testbed.plan.shards import CpuLayout, cpu_layout, partition, shard_count
 
 OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 OVS_TIMEOUT_S = 120
@@ -107,6 +108,11 @@ def allowed_congestion_control(host_sysctls: dict[str, str]) -> dict[str, str]:
     return {} if wanted in allowed else {ALLOWED_CC: " ".join([*allowed, wanted])}
 
 
+def available_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: a cpuset or container may narrow it)."""
+    return sorted(os.sched_getaffinity(0))
+
+
 def socket_buffer_settings(nbytes: int) -> dict[str, str]:
     """Default socket buffers of ``nbytes``: raised while OVS opens its port sockets."""
     return {path: str(nbytes) for path in SOCKET_DEFAULTS}
@@ -115,7 +121,7 @@ def socket_buffer_settings(nbytes: int) -> dict[str, str]:
 def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None,
                 queue: QueueConfig | None = None,
                 impairments: Mapping[str, Impairment] | None = None,
-                offloads_on: bool = False) -> str:
+                offloads_on: bool = False, rx_cpus_mask: str | None = None) -> str:
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
@@ -124,7 +130,10 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     impairment from ``impairments`` (interface -> Impairment). Its offloads are turned off
     unless ``offloads_on`` (the datapath passes offloaded packets); then its GSO packets are
     kept to about a millisecond of its link (``port_queue.gso_max_bytes``), and since only
-    hosts make them, so is every packet on the fabric."""
+    hosts make them, so is every packet on the fabric. ``rx_cpus_mask``: the CPUs its NIC
+    steers receive processing to (RPS, ``shards.CpuLayout``), written through a sysfs
+    mounted in a private mount namespace: the machine's /sys shows the root namespace's
+    interfaces, not the host's."""
     node = fabric.nodes[host]
     link, end = fabric.host_link(host)
     intf = link.intf(end)
@@ -152,12 +161,17 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         *([] if offloads_on else
           [f"ethtool -K {intf} {' '.join(OFFLOADS_OFF)} >/dev/null 2>&1 || true"]),
         *(["tc -batch - <<'EOF'", *tc_batch, "EOF"] if tc_batch else []),
+        *([f"unshare -m sh -c 'umount -l /sys && mount -t sysfs sysfs /sys && echo "
+           f"{rx_cpus_mask} > /sys/class/net/{intf}/queues/rx-0/rps_cpus'"]
+          if rx_cpus_mask else []),
     ]
     return "\n".join(lines) + "\n"
 
 
-def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) -> list[str]:
-    """One ``ovs-vsctl`` argument list creating every bridge, port and controller setting.
+def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int,
+                    switches: Sequence[str] | None = None) -> list[str]:
+    """One ``ovs-vsctl`` argument list creating every bridge of ``switches`` (None: all),
+    with its ports and controller setting.
 
     Every port gets the ``linux-noop`` QoS: OVS then leaves the port's qdiscs alone. Without
     it, OVS deletes the root qdisc of each port it takes over, and the shaping could only
@@ -166,7 +180,10 @@ def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int) ->
     for switch, port, intf, _ in fabric.switch_ends():
         ports[switch].append((port, intf))
     args: list[str] = ["--", "--id=@noop", "create", "qos", "type=linux-noop"]
+    chosen = None if switches is None else set(switches)
     for sw in fabric.switches:
+        if chosen is not None and sw.name not in chosen:
+            continue
         args += ["--", "--if-exists", "del-br", sw.name, "--", "add-br", sw.name,
                  "--", "set", "bridge", sw.name, f"datapath_type={datapath_type}",
                  "protocols=OpenFlow13", "fail_mode=secure",
@@ -222,7 +239,8 @@ class FabricNetwork:
                  routing: str = "ecmp", log=print, queue: QueueConfig | None = None,
                  ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None,
                  impairments: Mapping[str, Impairment] | None = None,
-                 losses: Sequence[tuple[Cut, Loss]] = (), userspace_tso: bool = False):
+                 losses: Sequence[tuple[Cut, Loss]] = (), userspace_tso: bool = False,
+                 switchd_shards: int | None = None):
         """``queue``: the queue every shaped switch port gets (buffer or class queues, ECN
         marking) on ``ecn_path`` (as decided by the caller; None: this machine's choice,
         decided here once); ``host_sysctls``: set in every host; ``impairments``: interface
@@ -231,8 +249,15 @@ class FabricNetwork:
         (``testbed.plan.loss_plan``: where each is cut, and how it loses); ``userspace_tso``:
         the userspace datapath passes segmentation-offloaded packets
         (testbed.apply.ovs.PrivateSwitchd), so every veth end keeps its checksum and
-        segmentation offloads instead of turning them off."""
+        segmentation offloads instead of turning them off; ``switchd_shards``: how many
+        ovs-vswitchd processes share the switches (userspace datapath; None: as
+        testbed.plan.shards.shard_count decides for this machine)."""
         self.fabric = fabric
+        user = datapath == "user"
+        self.switchd_shards = (shard_count(len(fabric.switch_ends()), len(available_cpus()),
+                                           switchd_shards) if user else 1)
+        self.cpu_layout = (cpu_layout(available_cpus(), self.switchd_shards) if user
+                           else CpuLayout())
         self.workdir = workdir
         self.ledger = ledger
         self.datapath = datapath
@@ -242,7 +267,8 @@ class FabricNetwork:
         self.controller: ControllerProcess | None = None
         self.userspace_tso = userspace_tso and datapath == "user"
         self.switchd: ovs.Switchd = (ovs.PrivateSwitchd(ledger, STATE_DIR / "ovs", log=log,
-                                                        userspace_tso=self.userspace_tso)
+                                                        userspace_tso=self.userspace_tso,
+                                                        cpus=self.cpu_layout.switchd_cpus)
                                      if datapath == "user" else ovs.SystemSwitchd(ledger, log))
         self.timings = Timings()
         self.host_sysctls = dict(host_sysctls or {})
@@ -274,7 +300,7 @@ class FabricNetwork:
         self.fabric.dump_json(fabric_json)
         self.ledger.add_names(interfaces=self.fabric.interface_names())
         with self.ledger.kernel_settings(FAST_RCU):
-            self.switchd.start(self.workdir, self.bridges)
+            self.switchd.start(self.workdir, self.switch_groups)
             # The controller imports while the hosts and links are made; OVS needs it later.
             self.controller = ControllerProcess(fabric_json, self.workdir, routing=self.routing)
             self.ledger.add_process(self.controller.launch())
@@ -286,8 +312,8 @@ class FabricNetwork:
             with self.ledger.kernel_settings(socket_buffer_settings(PORT_SOCKET_BUFFER_BYTES)):
                 # --no-wait: ovs-vswitchd builds the switches and the controller programs them
                 # while the hosts and ports are configured here; wait_programmed joins them.
-                self.switchd.vsctl(["--no-wait", *ovs_transaction(
-                    self.fabric, self.switchd.datapath_type, self.controller.port)], OVS_TIMEOUT_S)
+                self.switchd.configure(lambda switches, datapath_type: ovs_transaction(
+                    self.fabric, datapath_type, self.controller.port, switches), OVS_TIMEOUT_S)
                 self._configure_hosts()
                 self._register_host_interfaces()
                 if not self.offloads_on:
@@ -317,6 +343,17 @@ class FabricNetwork:
     @property
     def bridges(self) -> list[str]:
         return [s.name for s in self.fabric.switches]
+
+    @property
+    def switch_groups(self) -> list[list[str]]:
+        """The bridges of each ovs-vswitchd (testbed.plan.shards): one group unless the
+        userspace datapath spreads the switches over several processes."""
+        if self.datapath != "user" or self.switchd_shards <= 1:
+            return [self.bridges]
+        ports = {name: 0 for name in self.bridges}
+        for switch, _, _, _ in self.fabric.switch_ends():
+            ports[switch] += 1
+        return partition(ports, self.switchd_shards)
 
     def _group_bridge_taps(self) -> None:
         """Put the bridges' own tap devices (userspace datapath) into the run's link group."""
@@ -385,7 +422,8 @@ class FabricNetwork:
             for name, host in self.hosts.items():
                 path = scripts / f"{name}.sh"
                 path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
-                                            self.impairments, self.offloads_on))
+                                            self.impairments, self.offloads_on,
+                                            self.cpu_layout.host_rx_mask))
                 host.sendCmd(f"sh {path}; echo rc=$?")
             for name, host in self.hosts.items():
                 out = host.waitOutput()
@@ -456,9 +494,9 @@ class FabricNetwork:
         if up:
             set_interfaces(intfs, True)
             self.switchd.vsctl(["set-controller", name,
-                                f"tcp:127.0.0.1:{self.controller.port}"])
+                                f"tcp:127.0.0.1:{self.controller.port}"], bridge=name)
         else:
-            self.switchd.vsctl(["del-controller", name])
+            self.switchd.vsctl(["del-controller", name], bridge=name)
             set_interfaces(intfs, False)
         return t
 

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.errors import TestbedError
@@ -33,6 +34,26 @@ VSWITCH_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 START_TIMEOUT_S = 30.0
 NETDEV_DATAPATH_TAP = "ovs-netdev"  # the tap device every userspace datapath opens
 USERSPACE_TSO_KEY = "userspace-tso-enable"
+# Every pass of ovs-vswitchd's main loop hands each system port's recvmmsg a batch of
+# MTU-sized packet buffers and frees the unused ones: thousands of 9 KB allocations per pass
+# on a fabric's 80 ports, a sixth of the machine's CPU in glibc's malloc. tcmalloc serves
+# them from a per-thread cache (measured in docs/capacity.md).
+TCMALLOC_LIBRARY = "tcmalloc_minimal"
+
+
+def allocator_preload() -> str | None:
+    """The tcmalloc library to preload into ovs-vswitchd, or None (glibc malloc)."""
+    import ctypes.util
+
+    name = ctypes.util.find_library(TCMALLOC_LIBRARY)
+    if name is None:
+        return None
+    for libdir in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+                   "/usr/lib"):
+        path = Path(libdir) / name
+        if path.exists():
+            return str(path)
+    return None
 
 
 def _vsctl(*args: str, timeout_s: int = 10) -> subprocess.CompletedProcess:
@@ -94,9 +115,11 @@ class Switchd:
     """The OVS instance(s) a run's switches live in: configure, query, take down."""
 
     datapath_type = ""
+    bridges: list[str] = []
 
-    def start(self, workdir: Path, bridges: list[str]) -> None:
-        """Be ready for ``bridges`` (recorded in the run ledger first); logs go to ``workdir``."""
+    def start(self, workdir: Path, groups: list[list[str]]) -> None:
+        """Be ready for the bridges of ``groups`` (recorded in the run ledger first), a group
+        per ovs-vswitchd where an instance can run several; logs go to ``workdir``."""
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -106,16 +129,30 @@ class Switchd:
         """Interfaces the bridges leave in the root namespace after ``stop``."""
         return []
 
-    def vsctl_argv(self) -> list[str]:
-        """``ovs-vsctl`` talking to the database that holds the bridges."""
+    def vsctl_argv(self, bridge: str | None = None) -> list[str]:
+        """``ovs-vsctl`` talking to the database that holds ``bridge`` (None: the only one)."""
         raise NotImplementedError
 
-    def vsctl(self, args: list[str], timeout_s: int = 60) -> None:
-        """One ``ovs-vsctl`` transaction; a one-line TestbedError if OVS refuses it."""
-        out = subprocess.run([*self.vsctl_argv(), f"--timeout={timeout_s}", *args],
+    def vsctl(self, args: list[str], timeout_s: int = 60, bridge: str | None = None) -> None:
+        """One ``ovs-vsctl`` transaction on the database holding ``bridge``; a one-line
+        TestbedError if OVS refuses it."""
+        self._vsctl_at(self.vsctl_argv(bridge), args, timeout_s)
+
+    @staticmethod
+    def _vsctl_at(argv: list[str], args: list[str], timeout_s: int) -> None:
+        out = subprocess.run([*argv, f"--timeout={timeout_s}", *args],
                              capture_output=True, text=True)
         if out.returncode != 0:
             raise TestbedError(f"ovs-vsctl failed: {out.stderr.strip()[-300:]}")
+
+    def configure(self, transaction, timeout_s: int) -> None:
+        """Build the bridges: ``transaction(bridges, datapath_type)`` is the ``ovs-vsctl``
+        argument list creating a group of bridges."""
+        self.vsctl(["--no-wait", *transaction(self.bridges, self.datapath_type)], timeout_s)
+
+    def describe(self) -> dict:
+        """How the switches run, for a run's record."""
+        return {"processes": 1, "datapath_type": self.datapath_type}
 
     def bridge_target(self, bridge: str) -> str:
         """What ``ovs-ofctl`` is given to reach ``bridge``."""
@@ -148,8 +185,8 @@ class SystemSwitchd(Switchd):
         self.log = log
         self.bridges: list[str] = []
 
-    def start(self, workdir: Path, bridges: list[str]) -> None:
-        self.bridges = list(bridges)
+    def start(self, workdir: Path, groups: list[list[str]]) -> None:
+        self.bridges = [b for group in groups for b in group]
         self.ledger.add_names(bridges=self.bridges)
         if not is_running():
             self.ledger.ovs_started = True
@@ -157,7 +194,7 @@ class SystemSwitchd(Switchd):
             self.log("starting Open vSwitch")
             start()
 
-    def vsctl_argv(self) -> list[str]:
+    def vsctl_argv(self, bridge: str | None = None) -> list[str]:
         return ["ovs-vsctl"]
 
     @property
@@ -171,67 +208,118 @@ class SystemSwitchd(Switchd):
 
 
 class PrivateSwitchd(Switchd):
-    """The run's own ovsdb-server + ovs-vswitchd (userspace datapath) under ``rundir``.
+    """The run's own ovsdb-server + ovs-vswitchd pairs (userspace datapath) under ``rundir``,
+    one pair per group of bridges (testbed.plan.shards).
 
-    One instance per machine: every userspace datapath opens a tap device named
-    ``ovs-netdev``, so a second ovs-vswitchd in the same network namespace cannot start its
-    datapath (the machine's OVS with a netdev bridge collides the same way: refused with a
-    one-line error).
+    One group: ``datapath_type=netdev`` and everything directly under ``rundir``. Its
+    datapath opens a tap device named ``ovs-netdev`` and every bridge a tap of its own name,
+    so a second such ovs-vswitchd in the same network namespace cannot start (the machine's
+    OVS with a netdev bridge collides the same way: refused with a one-line error).
+
+    Several groups: ``datapath_type=dummy`` (ovs-vswitchd ``--enable-dummy``), the same
+    userspace datapath (dpif-netdev) registered under another name, whose bridge-local ports
+    live inside the process instead of as tap devices; the switch ports are the same veths,
+    opened the same way. So the pairs share the root namespace, each in ``rundir/shardN``
+    with its own database, control and management sockets, and the controller reaches all
+    of them on 127.0.0.1.
     """
 
-    datapath_type = "netdev"
-
-    def __init__(self, ledger, rundir: Path, log=print, userspace_tso: bool = False):
+    def __init__(self, ledger, rundir: Path, log=print, userspace_tso: bool = False,
+                 cpus: Sequence[int] = ()):
         """``userspace_tso``: ports exchange segmentation-offloaded packets with the kernel
         (virtio-net headers on their packet sockets), so a TCP flow's 64 KiB super-packets
-        cross each switch as one packet instead of dozens (Open vSwitch's userspace TSO)."""
+        cross each switch as one packet instead of dozens (Open vSwitch's userspace TSO);
+        ``cpus``: the CPU each group's ovs-vswitchd is pinned to (testbed.plan.shards
+        .cpu_layout; empty: not pinned)."""
         self.ledger = ledger
         self.rundir = rundir
         self.log = log
         self.userspace_tso = userspace_tso
-        self.bridges: list[str] = []
+        self.cpus = tuple(cpus)
+        self.preload = allocator_preload()
+        self.groups: list[list[str]] = []
         self.daemons: list[subprocess.Popen] = []
+        self.switchds: list[subprocess.Popen] = []
 
-    def start(self, workdir: Path, bridges: list[str]) -> None:
+    @property
+    def bridges(self) -> list[str]:
+        return [b for group in self.groups for b in group]
+
+    @property
+    def datapath_type(self) -> str:
+        return "dummy" if len(self.groups) > 1 else "netdev"
+
+    def shard_dir(self, index: int) -> Path:
+        return self.rundir if len(self.groups) <= 1 else self.rundir / f"shard{index}"
+
+    def start(self, workdir: Path, groups: list[list[str]]) -> None:
         for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl"):
             if shutil.which(tool) is None:
                 raise TestbedError(f"{tool} not found: Open vSwitch is not installed; run "
                                    "`sudo make install`")
-        if os.path.exists(f"/sys/class/net/{NETDEV_DATAPATH_TAP}"):
+        self.groups = [list(g) for g in groups if g]
+        if self.datapath_type == "netdev" and os.path.exists(
+                f"/sys/class/net/{NETDEV_DATAPATH_TAP}"):
             raise TestbedError(f"another OVS userspace datapath is running ({NETDEV_DATAPATH_TAP} "
                                "exists; the machine's OVS has a datapath_type=netdev bridge?): "
                                "remove it, or run `testbed clean` after a killed run")
-        self.bridges = list(bridges)
         # The tap devices outlive a killed ovs-vswitchd: clean deletes them by name.
         self.ledger.add_names(interfaces=self.taps())
         shutil.rmtree(self.rundir, ignore_errors=True)
         self.rundir.mkdir(parents=True)
-        db = self.rundir / "conf.db"
+        for index in range(len(self.groups)):
+            self._start_shard(workdir, index)
+        for index in range(len(self.switchds)):
+            ctl = str(self.shard_dir(index) / "ovs-vswitchd.ctl")
+            self._wait(lambda: subprocess.run(["ovs-appctl", "-t", ctl, "version"],
+                                              capture_output=True).returncode == 0,
+                       "ovs-vswitchd")
+
+    def _start_shard(self, workdir: Path, index: int) -> None:
+        """Start one ovsdb-server + ovs-vswitchd pair; its logs in ``workdir`` (numbered when
+        there are several)."""
+        home = self.shard_dir(index)
+        home.mkdir(parents=True, exist_ok=True)
+        suffix = f"-{index}" if len(self.groups) > 1 else ""
+        db = home / "conf.db"
         subprocess.run(["ovsdb-tool", "create", str(db), VSWITCH_SCHEMA], check=True,
                        capture_output=True)
         common = ["--no-chdir", "-vconsole:off", "-vsyslog:off"]
-        self._spawn(["ovsdb-server", str(db), f"--remote=punix:{self.rundir / 'db.sock'}",
-                     f"--unixctl={self.rundir / 'ovsdb-server.ctl'}", *common,
-                     f"--log-file={workdir / 'ovsdb-server.log'}"])
-        init = [*self.vsctl_argv(), "--timeout=2", "--no-wait", "init"]
+        self._spawn(["ovsdb-server", str(db), f"--remote=punix:{home / 'db.sock'}",
+                     f"--unixctl={home / 'ovsdb-server.ctl'}", *common,
+                     f"--log-file={workdir / f'ovsdb-server{suffix}.log'}"], home)
+        vsctl = ["ovs-vsctl", f"--db=unix:{home / 'db.sock'}"]
+        init = [*vsctl, "--timeout=2", "--no-wait", "init"]
         self._wait(lambda: subprocess.run(init, capture_output=True).returncode == 0,
                    "ovsdb-server")
         if self.userspace_tso:  # read by ovs-vswitchd when it starts, so set before it does
-            self.vsctl(["--no-wait", "set", "Open_vSwitch", ".",
-                        f"other_config:{USERSPACE_TSO_KEY}=true"])
-        ctl = str(self.rundir / "ovs-vswitchd.ctl")
-        self._spawn(["ovs-vswitchd", f"unix:{self.rundir / 'db.sock'}", f"--unixctl={ctl}",
-                     *common, f"--log-file={workdir / 'ovs-vswitchd.log'}"])
-        self._wait(lambda: subprocess.run(["ovs-appctl", "-t", ctl, "version"],
-                                          capture_output=True).returncode == 0, "ovs-vswitchd")
+            self._vsctl_at(vsctl, ["--no-wait", "set", "Open_vSwitch", ".",
+                                   f"other_config:{USERSPACE_TSO_KEY}=true"], 60)
+        dummy = ["--enable-dummy"] if self.datapath_type == "dummy" else []
+        # taskset execs ovs-vswitchd pinned, so every thread it starts is pinned too
+        pin = ["taskset", "-c", str(self.cpus[index])] if index < len(self.cpus) else []
+        env = {"LD_PRELOAD": self.preload} if self.preload else {}
+        self.switchds.append(self._spawn(
+            [*pin, "ovs-vswitchd", f"unix:{home / 'db.sock'}",
+             f"--unixctl={home / 'ovs-vswitchd.ctl'}", *dummy, *common,
+             f"--log-file={workdir / f'ovs-vswitchd{suffix}.log'}"], home, env))
 
-    def _spawn(self, argv: list[str]) -> None:
-        # OVS_RUNDIR puts the bridges' OpenFlow management sockets in our directory.
+    def describe(self) -> dict:
+        """How the switches run, for a run's record: processes, datapath type, pinning and
+        allocator."""
+        return {"processes": len(self.groups), "datapath_type": self.datapath_type,
+                "bridges_per_process": [len(g) for g in self.groups],
+                "pinned_cpus": list(self.cpus[:len(self.groups)]),
+                "allocator": "tcmalloc" if self.preload else "glibc"}
+
+    def _spawn(self, argv: list[str], home: Path, env: dict | None = None) -> subprocess.Popen:
+        # OVS_RUNDIR puts the bridges' OpenFlow management sockets in the shard's directory.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "OVS_RUNDIR": str(self.rundir)})
+                                env={**os.environ, "OVS_RUNDIR": str(home), **(env or {})})
         self.daemons.append(proc)
         self.ledger.add_process(proc.pid)
+        return proc
 
     def _wait(self, ready, name: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -242,27 +330,54 @@ class PrivateSwitchd(Switchd):
                 raise TestbedError(f"{name} did not answer within {START_TIMEOUT_S:.0f} s")
             time.sleep(0.05)
 
-    def vsctl_argv(self) -> list[str]:
-        return ["ovs-vsctl", f"--db=unix:{self.rundir / 'db.sock'}"]
+    def _home_of(self, bridge: str | None) -> Path:
+        """The directory of the pair holding ``bridge`` (None: the only pair). Found on disk
+        by its management socket, so a process attached to a running fabric finds it too;
+        a bridge found nowhere is looked for where a single pair keeps it (and OVS says it
+        is not there)."""
+        shards = sorted(self.rundir.glob("shard*"))
+        if bridge is None:
+            if len(shards) > 1:
+                raise TestbedError("the switches are spread over several ovs-vswitchd: name "
+                                   "the bridge this ovs-vsctl command is for")
+            return shards[0] if shards else self.rundir
+        for home in shards:
+            if (home / f"{bridge}.mgmt").exists():
+                return home
+        return self.rundir
+
+    def vsctl_argv(self, bridge: str | None = None) -> list[str]:
+        return ["ovs-vsctl", f"--db=unix:{self._home_of(bridge) / 'db.sock'}"]
+
+    def configure(self, transaction, timeout_s: int) -> None:
+        """Build each pair's bridges: ``transaction(bridges, datapath_type)`` is the
+        ``ovs-vsctl`` argument list for a group's bridges."""
+        for index, group in enumerate(self.groups):
+            argv = ["ovs-vsctl", f"--db=unix:{self.shard_dir(index) / 'db.sock'}"]
+            self._vsctl_at(argv, ["--no-wait", *transaction(group, self.datapath_type)],
+                           timeout_s)
 
     def taps(self) -> list[str]:
-        """The bridges' taps and the datapath's own, once ``start`` has claimed them."""
-        return [*self.bridges, NETDEV_DATAPATH_TAP] if self.bridges else []
+        """The bridges' taps and the datapath's own, once ``start`` has claimed them (none
+        for the dummy datapath)."""
+        if not self.groups or self.datapath_type != "netdev":
+            return []
+        return [*self.bridges, NETDEV_DATAPATH_TAP]
 
     def bridge_target(self, bridge: str) -> str:
-        return f"unix:{self.rundir / bridge}.mgmt"
+        return f"unix:{self._home_of(bridge) / bridge}.mgmt"
 
     @property
     def pids(self) -> list[int]:
-        vswitchd = self.daemons[1:]
-        return [p.pid for p in vswitchd if p.poll() is None]
+        return [p.pid for p in self.switchds if p.poll() is None]
 
     def stop(self) -> None:
-        """Stop both daemons. The bridges' tap devices outlive ovs-vswitchd: the caller deletes
-        them (they are in the run's link group, see testbed.apply.network)."""
+        """Stop every daemon. The bridges' tap devices (one pair) outlive ovs-vswitchd: the
+        caller deletes them (they are in the run's link group, see testbed.apply.network)."""
         for proc in reversed(self.daemons):
             if proc.poll() is None:
                 proc.kill()  # nothing to save: the datapath and database die with the run
             proc.wait()
         self.daemons = []
+        self.switchds = []
         shutil.rmtree(self.rundir, ignore_errors=True)

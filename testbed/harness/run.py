@@ -25,7 +25,7 @@ from pathlib import Path
 
 from testbed.apply.network import check_root
 from testbed.apply.state import Ledger, RunLock, clean
-from testbed.errors import TestbedError
+from testbed.errors import ConfigError, TestbedError
 from testbed.model.verdict import Verdict
 
 
@@ -241,12 +241,42 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
     with FabricNetwork(fabric, folder, ledger, datapath=datapath, routing=setup.routing,
                        log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
                        host_sysctls=setup.host_sysctls(), impairments=impairments.netem,
-                       losses=impairments.losses, userspace_tso=tso) as net:
+                       losses=impairments.losses, userspace_tso=tso,
+                       switchd_shards=switchd_shards()) as net:
         t = net.timings
+        log(f"{setup.name}: {describe_switchd(net)}")
         log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
             f"{len(fabric.switches)} switches programmed by the controller "
             f"{t.programmed_s:.1f} s later")
         yield LiveSetup(net, prove_ready(net, setup, log), ecn, impairments)
+
+
+SWITCHD_SHARDS_ENV = "TESTBED_SWITCHD_SHARDS"
+
+
+def switchd_shards() -> int | None:
+    """ovs-vswitchd processes asked for in TESTBED_SWITCHD_SHARDS, or None (the machine's
+    choice, testbed.plan.shards.shard_count); a one-line error for anything but a count."""
+    value = os.environ.get(SWITCHD_SHARDS_ENV)
+    if value is None or value == "":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(SWITCHD_SHARDS_ENV, "expected a whole number of ovs-vswitchd "
+                          f"processes, at least 1, not {value!r}")
+    return int(value)
+
+
+def describe_switchd(net) -> str:
+    """One log line: how many ovs-vswitchd forward, where they run, with which allocator."""
+    d = net.switchd.describe()
+    if d["datapath_type"] == "system":
+        return "switches in the kernel datapath (the machine's OVS)"
+    where = (f"pinned to CPU {', '.join(map(str, d['pinned_cpus']))}, hosts' receive "
+             f"processing on CPU {', '.join(map(str, net.cpu_layout.host_rx_cpus))}"
+             if d["pinned_cpus"] else "not pinned (as many processes as CPUs or more)")
+    return (f"{d['processes']} ovs-vswitchd ({d['datapath_type']} datapath, "
+            f"{'/'.join(map(str, d['bridges_per_process']))} bridges), {where}, "
+            f"allocator {d['allocator']}")
 
 
 def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress) -> dict:
@@ -286,6 +316,8 @@ def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
     from testbed.measure.openflow import openflow_summary
 
     result["bring_up"]["timings_s"] = asdict(net.timings)
+    result["bring_up"]["switchd"] = {**net.switchd.describe(),
+                                     "host_rx_cpus": list(net.cpu_layout.host_rx_cpus)}
     result["openflow"] = openflow_summary(folder, fabric, result.get("window_monotonic_s"))
     return result
 

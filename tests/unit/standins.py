@@ -53,6 +53,10 @@ class StandInSwitchd:
         return "\n".join(f" group_id={i},type=select,bucket=actions=output:1"
                          for i in range(len(self.tables[bridge].groups)))
 
+    def describe(self) -> dict:
+        return {"processes": 1, "datapath_type": "netdev", "bridges_per_process": [20],
+                "pinned_cpus": [0], "allocator": "tcmalloc"}
+
 
 class StandInNetwork:
     """What the harness and the API use of testbed.apply.network.FabricNetwork; its hosts
@@ -63,8 +67,11 @@ class StandInNetwork:
 
     def __init__(self, fabric, workdir, ledger, datapath="user", routing="ecmp", log=print,
                  queue=None, ecn_path=None, host_sysctls=None, impairments=None, losses=(),
-                 userspace_tso=False):
+                 userspace_tso=False, switchd_shards=None):
+        from testbed.plan.shards import CpuLayout
+
         self.fabric, self.workdir, self.ledger = fabric, workdir, ledger
+        self.cpu_layout = CpuLayout((0,), (1,))
         self.datapath, self.routing = datapath, routing
         self.switchd = StandInSwitchd(fabric, routing)
         self.timings = Timings(build_s=1.0, programmed_s=0.5)

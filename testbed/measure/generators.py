@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_left, bisect_right
 import time
 from dataclasses import dataclass, field
 
@@ -172,18 +173,32 @@ def process_summary(readings: list[tuple[float, dict[int, ThreadTimes]]]) -> dic
                                        if sched and demand_s >= MIN_DEMAND_S else None)}
 
 
+def spanning(samples: list[tuple[float, object]], lo: float, hi: float) -> list:
+    """The time-sorted ``(t, reading)`` samples inside [lo, hi]; when fewer than two are,
+    those that span it: from the last at or before ``lo`` (the first if none is) to the first
+    at or after ``hi`` (the last if none is)."""
+    times = [t for t, _ in samples]
+    inside = samples[bisect_left(times, lo):bisect_right(times, hi)]
+    if len(inside) >= 2:
+        return inside
+    start = max(0, bisect_right(times, lo) - 1)
+    return samples[start:bisect_left(times, hi) + 1]
+
+
 def generator_summary(samples: list[Sample], windows: dict[str, tuple[float, float]] | None = None
                       ) -> dict:
     """Every process's summary over its samples (those inside its window in ``windows``,
-    CLOCK_MONOTONIC, where it has one), and the worst of them: the busiest thread and the
-    most threads waiting for a core."""
+    CLOCK_MONOTONIC, where it has one; those spanning it when the window is shorter than the
+    sampling interval), and the worst of them: the busiest thread and the most threads waiting
+    for a core."""
     windows = windows or {}
     names = dict.fromkeys(n for s in samples for n in s.processes)
     per = {}
     for name in names:
-        lo, hi = windows.get(name, (float("-inf"), float("inf")))
-        summary = process_summary([(s.t_s, s.processes[name]) for s in samples
-                                   if name in s.processes and lo <= s.t_s <= hi])
+        own = sorted(((s.t_s, s.processes[name]) for s in samples if name in s.processes),
+                     key=lambda item: item[0])
+        summary = process_summary(spanning(own, *windows.get(name, (float("-inf"),
+                                                                    float("inf")))))
         if summary is not None:
             per[name] = summary
     waits = {n: p["waiting_threads"] for n, p in per.items() if p["waiting_threads"] is not None}

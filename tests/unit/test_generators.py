@@ -18,6 +18,7 @@ from testbed.measure.generators import (
     generator_summary,
     process_summary,
     read_threads,
+    spanning,
     with_generators,
 )
 from testbed.measure.telemetry import CLOCK_TICKS_PER_S
@@ -138,3 +139,23 @@ def test_a_running_process_is_sampled_until_it_ends():
     assert set(s["per_process"]) == {"busy", "idle"}
     assert s["per_process"]["busy"]["cpu_s"] > s["per_process"]["idle"]["cpu_s"]
     assert s["busiest_thread"]["process"] == "busy"
+
+
+def test_a_window_shorter_than_the_sampling_interval_is_judged_over_the_samples_around_it():
+    samples = [Sample(t, {"rank0": threads}) for t, threads in READINGS]
+    times = [t for t, _ in READINGS]
+    # no reading falls inside: the two around it stand for the window
+    short = generator_summary(samples, {"rank0": (times[0] + 0.01, times[1] - 0.01)})
+    whole = generator_summary(samples[:2])
+    assert short["processes"] == 1
+    assert short["per_process"]["rank0"] == whole["per_process"]["rank0"]
+    # a window past every reading keeps the last one alone: no summary, as before
+    late = generator_summary(samples, {"rank0": (times[-1] + 1, times[-1] + 2)})
+    assert late["processes"] == 0
+
+
+def test_spanning_keeps_the_samples_inside_when_there_are_two():
+    samples = [(t, t) for t in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    assert spanning(samples, 0.2, 0.8) == samples[1:4]
+    assert spanning(samples, 0.3, 0.4) == samples[1:3]
+    assert spanning(samples, -1, 0.1) == samples[0:2]

@@ -380,6 +380,8 @@ class FabricNetwork:
             for future in futures:
                 host = future.result()
                 self.ledger.processes[host.pid] = process_start_ticks(host.pid)
+                if self.cpu_layout.host_cpus:  # and so every command its shell runs
+                    os.sched_setaffinity(host.pid, self.cpu_layout.host_cpus)
         for host in self.hosts.values():
             self.ledger.add_netns(host.pid)  # also saves the ledger
 
@@ -423,7 +425,7 @@ class FabricNetwork:
                 path = scripts / f"{name}.sh"
                 path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
                                             self.impairments, self.offloads_on,
-                                            self.cpu_layout.host_rx_mask))
+                                            self.cpu_layout.host_cpus_mask))
                 host.sendCmd(f"sh {path}; echo rc=$?")
             for name, host in self.hosts.items():
                 out = host.waitOutput()
@@ -513,6 +515,8 @@ class FabricNetwork:
 
     def popen(self, host: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start a process inside a host's namespace, recorded in the ledger."""
+        if self.cpu_layout.host_cpus:  # off the forwarding CPUs (testbed.plan.shards)
+            argv = ["taskset", "-c", ",".join(map(str, self.cpu_layout.host_cpus)), *argv]
         proc = self.hosts[host].popen(argv, **kwargs)
         self.ledger.add_process(proc.pid)
         return proc

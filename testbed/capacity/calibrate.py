@@ -29,8 +29,10 @@ WORLD = 16                # ranks of the k=4 fat-tree
 
 
 def machine_description(platform) -> dict:
-    """What a calibration holds for: the CPU, its count, the kernel, Open vSwitch and the
-    datapath path. A run on a machine that differs in any of them does not use it."""
+    """What a calibration holds for: the CPU, its count, the kernel, Open vSwitch, the
+    datapath path and ovs-vswitchd's allocator. A run on a machine that differs in any of
+    them does not use it."""
+    from testbed.apply.ovs import allocator_preload
     from testbed.harness.provenance import ovs_version
 
     model = ""
@@ -44,7 +46,9 @@ def machine_description(platform) -> dict:
     return {"cpu_model": model, "cpus": os.cpu_count(), "kernel": platform.kernel_release,
             "ovs_version": ovs_version(), "machine": pyplatform.machine(),
             "ovs_datapath": platform.paths.ovs_datapath,
-            "ovs_offload": getattr(platform.paths, "ovs_offload", None)}
+            "ovs_offload": getattr(platform.paths, "ovs_offload", None),
+            "ovs_allocator": ("tcmalloc" if platform.paths.ovs_datapath != "kernel"
+                              and allocator_preload() else "glibc")}
 
 
 def trial_size_bytes(rate_mbit: float, world: int = WORLD,

@@ -271,8 +271,8 @@ def describe_switchd(net) -> str:
     d = net.switchd.describe()
     if d["datapath_type"] == "system":
         return "switches in the kernel datapath (the machine's OVS)"
-    where = (f"pinned to CPU {', '.join(map(str, d['pinned_cpus']))}, hosts' receive "
-             f"processing on CPU {', '.join(map(str, net.cpu_layout.host_rx_cpus))}"
+    where = (f"pinned to CPU {', '.join(map(str, d['pinned_cpus']))}, hosts and their "
+             f"receive processing on CPU {', '.join(map(str, net.cpu_layout.host_cpus))}"
              if d["pinned_cpus"] else "not pinned (as many processes as CPUs or more)")
     return (f"{d['processes']} ovs-vswitchd ({d['datapath_type']} datapath, "
             f"{'/'.join(map(str, d['bridges_per_process']))} bridges), {where}, "
@@ -317,7 +317,7 @@ def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
 
     result["bring_up"]["timings_s"] = asdict(net.timings)
     result["bring_up"]["switchd"] = {**net.switchd.describe(),
-                                     "host_rx_cpus": list(net.cpu_layout.host_rx_cpus)}
+                                     "host_cpus": list(net.cpu_layout.host_cpus)}
     result["openflow"] = openflow_summary(folder, fabric, result.get("window_monotonic_s"))
     return result
 

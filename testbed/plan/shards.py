@@ -49,26 +49,27 @@ def partition(ports_by_switch: Mapping[str, int], shards: int) -> list[list[str]
 @dataclass(frozen=True)
 class CpuLayout:
     """Where forwarding runs (userspace datapath): ``switchd_cpus[i]`` is the CPU shard i's
-    ovs-vswitchd is pinned to, ``host_rx_cpus`` the CPUs every host's NIC steers its receive
-    processing to (RPS). Both empty: the scheduler places everything.
+    ovs-vswitchd is pinned to; ``host_cpus`` the CPUs every host's processes run on and its
+    NIC steers its receive processing to (RPS). Both empty: the scheduler places everything.
 
     A packet a switch sends to a host is received (IP, TCP, waking the application) in the
     context of the thread that sent it, ovs-vswitchd's own, unless the host's NIC steers it
-    to another CPU. Keeping that work off the forwarding CPUs leaves their whole time to
-    forwarding, as a real host's NIC does its own receive processing."""
+    to another CPU; and a host's process scheduled on a forwarding CPU preempts the switch.
+    Keeping both off the forwarding CPUs leaves those CPUs to forwarding, as a switch's
+    forwarding is not shared with the servers it connects."""
 
     switchd_cpus: tuple[int, ...] = ()
-    host_rx_cpus: tuple[int, ...] = ()
+    host_cpus: tuple[int, ...] = ()
 
     @property
-    def host_rx_mask(self) -> str | None:
-        """``host_rx_cpus`` as the hex mask ``rps_cpus`` takes, or None."""
-        return cpu_mask(self.host_rx_cpus) if self.host_rx_cpus else None
+    def host_cpus_mask(self) -> str | None:
+        """``host_cpus`` as the hex mask ``rps_cpus`` takes, or None."""
+        return cpu_mask(self.host_cpus) if self.host_cpus else None
 
 
 def cpu_layout(available: Sequence[int], shards: int) -> CpuLayout:
-    """One CPU per ovs-vswitchd and the rest for the hosts' receive processing, when the
-    machine has more CPUs than shards; otherwise no pinning at all."""
+    """One CPU per ovs-vswitchd and the rest for the hosts, when the machine has more CPUs
+    than shards; otherwise no pinning at all."""
     cpus = sorted(set(available))
     if len(cpus) <= shards:
         return CpuLayout()

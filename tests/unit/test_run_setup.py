@@ -48,7 +48,7 @@ def test_a_run_brings_the_setup_up_measures_and_writes_its_summary(tmp_path, sta
         "probes": PROBES, "answered": PROBES, "ordered_pairs": HOSTS * (HOSTS - 1),
         "select_groups": {"select_groups": groups},
         "timings_s": {"build_s": 1.0, "programmed_s": 0.5, "stop_s": 0.25},
-        "switchd": {**net.switchd.describe(), "host_rx_cpus": [1]}}
+        "switchd": {**net.switchd.describe(), "host_cpus": [1]}}
     assert set(result["openflow"]) == {"events", "port_counters", "wiring"}
     assert "failures" not in result  # no schedule in the scenario
     assert outcome.status == "complete" and outcome.verdict.checks[0].passed
@@ -60,7 +60,7 @@ def test_a_run_brings_the_setup_up_measures_and_writes_its_summary(tmp_path, sta
     assert lines[1] == "link rate 6 Mbit/s: set by the scenario"
     assert lines[2].startswith(f"fabric: {fabric.label()}, {HOSTS} hosts, 20 switches, 48 links")
     assert lines[3] == ("fabric: 1 ovs-vswitchd (netdev datapath, 20 bridges), pinned to CPU 0, "
-                        "hosts' receive processing on CPU 1, allocator tcmalloc")
+                        "hosts and their receive processing on CPU 1, allocator tcmalloc")
     assert lines[4] == ("fabric: fabric up: built in 1.0 s; all 20 switches programmed by the "
                         "controller 0.5 s later")
     assert lines[5].startswith(f"fabric: reachability: {PROBES}/{PROBES} probes answered, "

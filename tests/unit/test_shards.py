@@ -67,8 +67,8 @@ def test_the_forwarding_cpus_and_the_hosts_receive_cpus_never_overlap():
     assert cpu_layout([0, 1], 1) == CpuLayout((0,), (1,))
     assert cpu_layout([2, 3, 5, 7], 2) == CpuLayout((2, 3), (5, 7))
     assert cpu_layout([0, 1], 2) == CpuLayout() == cpu_layout([0], 1)  # no CPU left: no pinning
-    assert cpu_layout(range(8), 2).host_rx_mask == "fc"
-    assert CpuLayout().host_rx_mask is None
+    assert cpu_layout(range(8), 2).host_cpus_mask == "fc"
+    assert CpuLayout().host_cpus_mask is None
 
 
 def test_cpu_masks_are_hex_as_rps_cpus_takes_them():

@@ -64,9 +64,17 @@ def fabric_drops(net, priority: int) -> int:
     return total
 
 
+def loss_based_cc() -> str:
+    """cubic where the kernel has it, else reno (always built in): congestion controls that
+    grow until the queue drops. The machine's default may be BBR, which paces below the
+    bottleneck and may never overflow the best-effort buffer."""
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    return "cubic" if "cubic" in available else "reno"
+
+
 def incast(net, receiver: str, senders: list[str]) -> dict[int, float]:
-    """Two iperf3 flows per sender (lossless and best effort) into ``receiver``; returns
-    Mbit/s received per TOS."""
+    """Two iperf3 flows per sender (lossless and best effort) into ``receiver``, both with a
+    loss-based congestion control; returns Mbit/s received per TOS."""
     rip = net.fabric.nodes[receiver].ip
     jobs = [(s, tos, BASE_PORT + 2 * i + j) for i, s in enumerate(senders)
             for j, tos in enumerate((LOSSLESS_TOS, BEST_EFFORT_TOS))]
@@ -74,8 +82,9 @@ def incast(net, receiver: str, senders: list[str]) -> dict[int, float]:
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for _, _, port in jobs]
     time.sleep(SERVER_START_S)
+    cc = loss_based_cc()
     clients = [net.popen(s, ["iperf3", "-c", rip, "-p", str(port), "-t", str(FLOW_S),
-                             "-S", str(tos), "-J"],
+                             "-S", str(tos), "-C", cc, "-J"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for s, tos, port in jobs]
     received = {LOSSLESS_TOS: 0.0, BEST_EFFORT_TOS: 0.0}

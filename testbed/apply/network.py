@@ -253,11 +253,10 @@ class FabricNetwork:
         ovs-vswitchd processes share the switches (userspace datapath; None: as
         testbed.plan.shards.shard_count decides for this machine)."""
         self.fabric = fabric
-        user = datapath == "user"
-        self.switchd_shards = (shard_count(len(fabric.switch_ends()), len(available_cpus()),
-                                           switchd_shards) if user else 1)
-        self.cpu_layout = (cpu_layout(available_cpus(), self.switchd_shards) if user
-                           else CpuLayout())
+        user, cpus = datapath == "user", available_cpus()
+        self.switchd_shards = (shard_count(len(fabric.switch_ends()), len(cpus), switchd_shards)
+                               if user else 1)
+        self.cpu_layout = cpu_layout(cpus, self.switchd_shards) if user else CpuLayout()
         self.workdir = workdir
         self.ledger = ledger
         self.datapath = datapath
@@ -348,7 +347,7 @@ class FabricNetwork:
     def switch_groups(self) -> list[list[str]]:
         """The bridges of each ovs-vswitchd (testbed.plan.shards): one group unless the
         userspace datapath spreads the switches over several processes."""
-        if self.datapath != "user" or self.switchd_shards <= 1:
+        if self.switchd_shards <= 1:  # always so for the kernel datapath
             return [self.bridges]
         ports = {name: 0 for name in self.bridges}
         for switch, _, _, _ in self.fabric.switch_ends():

@@ -42,18 +42,11 @@ TCMALLOC_LIBRARY = "tcmalloc_minimal"
 
 
 def allocator_preload() -> str | None:
-    """The tcmalloc library to preload into ovs-vswitchd, or None (glibc malloc)."""
+    """The tcmalloc library to preload into ovs-vswitchd (its soname, which the dynamic
+    linker finds as it finds any library), or None (glibc malloc)."""
     import ctypes.util
 
-    name = ctypes.util.find_library(TCMALLOC_LIBRARY)
-    if name is None:
-        return None
-    for libdir in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
-                   "/usr/lib"):
-        path = Path(libdir) / name
-        if path.exists():
-            return str(path)
-    return None
+    return ctypes.util.find_library(TCMALLOC_LIBRARY)
 
 
 def _vsctl(*args: str, timeout_s: int = 10) -> subprocess.CompletedProcess:

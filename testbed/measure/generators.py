@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
-from bisect import bisect_left, bisect_right
 import time
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from testbed.measure.fidelity import MAX_THREAD_CORES

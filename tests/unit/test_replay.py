@@ -131,6 +131,8 @@ def test_replay_program_over_tcp_on_a_ddp_trace(tmp_path):
     head = out[0][1]
     assert head["verified"] and head["corrupt_total"] == 0
     assert head["comparison"]["compared"] == len(messages)
-    start, end = head["timed_window_monotonic_s"]
+    # the last message may land at another rank, after rank 0's own window closed
+    start = head["timed_window_monotonic_s"][0]
+    end = max(result["timed_window_monotonic_s"][1] for _, result in out)
     assert end - start >= head["comparison"]["replayed_completion_s"]
     assert load_trace([merged]) == messages

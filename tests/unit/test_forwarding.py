@@ -48,7 +48,7 @@ from testbed.controllers.routing.forwarding import (
 from testbed.model.topology import build
 from testbed.model.topology.base import Fabric
 
-FABRICS = [("fattree", {"k": 4}),
+FABRICS = [("fattree", {"k": 4}), ("fattree", {"k": 8, "hosts_per_edge": 1}),
            ("spineleaf", {"leaves": 3, "spines": 3, "hosts_per_leaf": 2}), ("clos", {}),
            ("dragonfly", {"p": 1, "a": 3, "h": 1}),
            ("rail", {"nodes": 3, "gpus_per_node": 4, "spines": 2})]

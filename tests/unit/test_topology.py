@@ -353,6 +353,25 @@ def test_non_positive_rates_are_config_errors(params, field):
     assert info.value.field == field
 
 
+@pytest.mark.parametrize("hosts_per_edge", [0, 5, -1, 2.0, "1", True])
+def test_bad_hosts_per_edge_is_a_config_error_on_it(hosts_per_edge):
+    with pytest.raises(ConfigError) as info:
+        fat_tree(8, hosts_per_edge=hosts_per_edge)
+    assert info.value.field == "hosts_per_edge"
+
+
+def test_fewer_hosts_per_edge_keep_every_switch_and_path():
+    full, thin = fat_tree(8), fat_tree(8, hosts_per_edge=1)
+    assert [s.name for s in thin.switches] == [s.name for s in full.switches]
+    assert [h.name for h in thin.hosts] == [f"p{p}e{e}h0" for p in range(8) for e in range(4)]
+    assert thin.params["hosts_per_edge"] == 1 and "hosts_per_edge" not in full.params
+    # the edge switch's uplinks follow its one host port; the aggregation side is unchanged
+    assert ("p0e0", 2, "p0a0", 1) in {(l.a, l.a_port, l.b, l.b_port) for l in thin.links}
+    assert fat_tree(8, hosts_per_edge=4).to_dict() == full.to_dict()
+    paths = list(nx.all_shortest_paths(thin.graph(), "p0e0h0", "p7e3h0"))
+    assert len(paths) == 16
+
+
 @pytest.mark.parametrize("params", [{"host_rate_mbit": math.nan}, {"fabric_rate_mbit": math.nan}])
 def test_nan_rate_is_a_config_error(params):
     with pytest.raises(ConfigError):

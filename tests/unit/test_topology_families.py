@@ -45,6 +45,7 @@ from testbed.model.topology.spineleaf import spine_leaf
 # (kind, parameters): every family at a few sizes; all must satisfy the common invariants
 ZOO = [
     ("fattree", {"k": 4}),
+    ("fattree", {"k": 8, "hosts_per_edge": 1}),
     ("spineleaf", {}),
     ("spineleaf", {"leaves": 3, "spines": 5, "hosts_per_leaf": 2}),
     ("spineleaf", {"leaves": 1, "spines": 1, "hosts_per_leaf": 1}),

@@ -99,13 +99,17 @@ def formulas(kind: str, params: dict) -> dict:
 
 def _fat_tree(params: dict) -> dict:
     """Al-Fares et al.: k^3/4 hosts, 5k^2/4 switches, 3k^3/4 links, (k/2)^2 paths between
-    pods; a non-blocking tree's bisection is hosts/2 times the host rate."""
+    pods; a non-blocking tree's bisection is hosts/2 times the host rate. With h hosts per
+    edge switch: k^2 h/2 hosts, and the halving cuts the smaller of their links and the k^3/8
+    core links."""
     k = params["k"]
-    slowest = min(params["host_rate_mbit"], params["fabric_rate_mbit"])
-    return {"hosts": k ** 3 // 4, "switches": 5 * k * k // 4, "links": 3 * k ** 3 // 4,
-            "equal_cost_paths": (k // 2) ** 2, "switch_links": k ** 3 // 2,
+    hosts = k * k * params.get("hosts_per_edge", k // 2) // 2
+    switch_links = k ** 3 // 2
+    return {"hosts": hosts, "switches": 5 * k * k // 4, "links": hosts + switch_links,
+            "equal_cost_paths": (k // 2) ** 2, "switch_links": switch_links,
             "max_switch_ports": k, "max_switch_hops_between_hosts": 4,
-            "bisection_bandwidth_mbit": k ** 3 / 8 * slowest}
+            "bisection_bandwidth_mbit": min(hosts / 2 * params["host_rate_mbit"],
+                                            k ** 3 / 8 * params["fabric_rate_mbit"])}
 
 
 def _two_tier(leaves: int, spines: int, hosts_per_leaf: int, host_rate: float,

@@ -227,19 +227,30 @@ def forwarding_lines(workdir: Path, ledger, log, tso_path: bool) -> dict:
 
 
 def ceiling(k: int, log, results_dir: str, kernel_line_mbit: float) -> dict:
-    """The k-ary fat-tree ring's ceiling on this machine and what the fabric forwards there."""
+    """The k-ary fat-tree ring's ceiling on this machine (the ring of
+    testbed.capacity.calibrate.ring_topology) and what the fabric forwards there."""
     from dataclasses import asdict
 
-    from testbed.capacity.calibrate import result_of, search
+    from testbed.capacity.calibrate import result_of, ring_topology, ring_world, search
 
-    trials = search(k, log, start_mbit=25.0 if k == 4 else 5.0, results_dir=results_dir)
+    trials = search(k, log, start_mbit=25.0 if k == 4 else 10.0, results_dir=results_dir)
     best = result_of(trials)
     at_best = next((t for t in trials if t.rate_mbit == best), None)
     forwarded = at_best.forwarded_mbit if at_best else None
-    return {"ceiling_mbit": best, "forwarded_switch_hops_mbit": forwarded,
+    topology = ring_topology(k)
+    return {"ceiling_mbit": best, "topology": topology, "ranks": ring_world(topology),
+            "forwarded_switch_hops_mbit": forwarded,
             "forwarded_vs_kernel_line": (forwarded / kernel_line_mbit
                                          if forwarded and kernel_line_mbit else None),
             "trials": [asdict(t) for t in trials]}
+
+
+def ring_label(k: str, ceiling_result: dict) -> str:
+    """``k=4 ring``, or ``k=8 ring of 32 ranks (1 per edge switch)`` for a thinned tree."""
+    per_edge = (ceiling_result.get("topology") or {}).get("hosts_per_edge")
+    if per_edge is None:
+        return f"k={k} ring"
+    return f"k={k} ring of {ceiling_result['ranks']} ranks ({per_edge} per edge switch)"
 
 
 ROCE_BENCH_TIMEOUT_S = 900.0
@@ -329,9 +340,9 @@ def bench_rows(result: dict) -> list[list[str]]:
         tried = sorted(t["rate_mbit"] for t in c.get("trials", []))
         held = (f"{c['ceiling_mbit']:g} Mbit/s" if c["ceiling_mbit"] is not None
                 else f"none of {', '.join(f'{r:g}' for r in tried)} Mbit/s")
-        rows.append([f"k={k} ring trusted at >= 90% busbw", held, "", ""])
+        rows.append([f"{ring_label(k, c)} trusted at >= 90% busbw", held, "", ""])
         if c.get("forwarded_switch_hops_mbit"):
-            rows.append([f"k={k} switch-hop throughput at the ceiling",
+            rows.append([f"{ring_label(k, c)}: switch-hop throughput at the ceiling",
                          f"{c['forwarded_switch_hops_mbit']:.0f} Mbit/s",
                          "kernel-forwarding line, MTU 9000",
                          f"{c['forwarded_vs_kernel_line']:.3f}"])

@@ -25,7 +25,13 @@ def test_bench_rows_put_each_measure_beside_its_baseline():
     none = bench_rows({"run_id": "b4", "ceiling_k8": {"ceiling_mbit": None, "trials": [
         {"rate_mbit": 5.0}, {"rate_mbit": 2.5}]}})
     assert ["k=8 ring trusted at >= 90% busbw", "none of 2.5, 5 Mbit/s", "", ""] in none
-    assert ["k=4 switch-hop throughput at the ceiling", "7000 Mbit/s",
+    thinned = bench_rows({"run_id": "b5", "ceiling_k8": {
+        "ceiling_mbit": 20.0, "topology": {"name": "fattree", "k": 8, "hosts_per_edge": 1},
+        "ranks": 32, "forwarded_switch_hops_mbit": 900.0, "forwarded_vs_kernel_line": 0.05,
+        "trials": []}})
+    assert ["k=8 ring of 32 ranks (1 per edge switch) trusted at >= 90% busbw", "20 Mbit/s",
+            "", ""] in thinned
+    assert ["k=4 ring: switch-hop throughput at the ceiling", "7000 Mbit/s",
             "kernel-forwarding line, MTU 9000", "0.500"] in rows
     assert ["k=4 fat-tree up", "1.0 s", "4.0 s plain Mininet", "0.25"] in rows
 

@@ -13,6 +13,8 @@ from testbed.capacity.calibrate import (
     load_calibration,
     next_rate,
     result_of,
+    ring_topology,
+    ring_world,
     save_calibration,
     trial_size_bytes,
 )
@@ -95,3 +97,10 @@ def test_a_calibration_of_another_machine_is_not_used(tmp_path):
     assert calibration is None and "another machine" in why and "cpus" in why
     path.write_text("{not json")
     assert load_calibration(MACHINE, path)[0] is None
+
+
+def test_rings_beyond_k4_take_one_rank_per_edge_switch():
+    assert ring_topology(4) == {"name": "fattree", "k": 4}
+    assert ring_world(ring_topology(4)) == 16
+    assert ring_topology(8) == {"name": "fattree", "k": 8, "hosts_per_edge": 1}
+    assert ring_world(ring_topology(8)) == 32

@@ -145,6 +145,18 @@ class RoceRun:
     errors: list[str]
     window_monotonic_s: tuple[float, float] | None
 
+    @property
+    def all_sending_monotonic_s(self) -> tuple[float, float] | None:
+        """The monotonic interval in which every flow was sending: from the last sender's
+        start to the first one's end (each keeps its queue of work requests full until it
+        stops posting, then drains it, so flows end at different times). None when a
+        sender failed or the flows never overlapped."""
+        windows = [r.get("window_monotonic_s") if r else None for r in self.senders]
+        if not windows or None in windows:
+            return None
+        start, end = max(w[0] for w in windows), min(w[1] for w in windows)
+        return (start, end) if start < end else None
+
     def goodputs_mbit(self) -> list[float]:
         """Each flow's goodput (0 for a sender that failed)."""
         return [(r or {}).get("goodput_mbit") or 0.0 for r in self.senders]
@@ -372,7 +384,8 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
                       frame_bytes: int, sample_s: float, bandwidth_bound: bool,
                       setup: str) -> dict:
     """A BottleneckRun as a setup's results: judged from ``settle_s`` after the flows start
-    to their end, the real queue's statistics (and the marker model's, with their
+    until the first flow ends (while every flow was sending; RoceRun.all_sending_monotonic_s),
+    the real queue's statistics (and the marker model's, with their
     divergence), each flow's goodput (over its whole run) and each sender's rate over the
     window (its link's counters) with their Jain index, the bottleneck's utilisation,
     marks, pauses, the packet sample and the fidelity verdict."""
@@ -382,7 +395,8 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
     from testbed.measure.stats import jain_index
 
     roce, watch = b.roce, b.watch
-    start, end = roce.window_monotonic_s or (watch.t_start, watch.t_end)
+    start, end = (roce.all_sending_monotonic_s or roce.window_monotonic_s
+                  or (watch.t_start, watch.t_end))
     judged = (min(start + settle_s, end), end)
     queue = window_queue(b.t_s, b.qdisc_bytes, judged, frame_bytes)
     queue["sampled_fraction"] = sampled_fraction(queue["samples"], judged, sample_s)

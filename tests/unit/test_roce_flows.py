@@ -121,6 +121,17 @@ def test_a_run_verifies_only_when_every_flow_did():
     assert RoceRun([("a", "c")], [failed], {}, [], None).all_verified() is False
 
 
+def test_the_judged_flows_are_all_sending_from_the_last_start_to_the_first_end():
+    pairs = [("a", "c"), ("b", "c")]
+    early = {"window_monotonic_s": [10.0, 52.0]}
+    late = {"window_monotonic_s": [10.1, 60.0]}  # drained its posted messages longer
+    run = RoceRun(pairs, [early, late], {}, [], (10.0, 60.0))
+    assert run.all_sending_monotonic_s == (10.1, 52.0)
+    assert RoceRun(pairs, [early, None], {}, [], None).all_sending_monotonic_s is None
+    apart = {"window_monotonic_s": [53.0, 54.0]}
+    assert RoceRun(pairs, [early, apart], {}, [], None).all_sending_monotonic_s is None
+
+
 # --- a real run through a stand-in network ------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ MIN_BUSBW_FRACTION = 0.9  # a trial passes at busbw >= 90% of the link rate, and
 START_MBIT = 25.0
 MAX_MBIT = 1600.0
 RESOLUTION = 0.15         # stop when the bracket's upper end is within 15% of its lower end
-ITERATION_S = 2.0         # seconds of ring traffic per iteration at the trial's rate
+ITERATION_S = 2.0         # seconds of the k=4 ring's traffic per iteration at the trial's rate
 WORLD = 16                # ranks of the k=4 fat-tree
 
 
@@ -52,9 +52,13 @@ def machine_description(platform) -> dict:
 
 
 def trial_size_bytes(rate_mbit: float, world: int = WORLD,
-                     iteration_s: float = ITERATION_S) -> int:
+                     iteration_s: float | None = None) -> int:
     """The AllReduce size whose ring moves ``iteration_s`` of data at ``rate_mbit``: busbw =
-    size / t * 2(n-1)/n, so size = rate * t * n / (2(n-1)); a multiple of 4 KiB."""
+    size / t * 2(n-1)/n, so size = rate * t * n / (2(n-1)); a multiple of 4 KiB. By default
+    every ring step lasts as long as the k=4 ring's (``ITERATION_S`` over its 2(n-1) steps),
+    so a larger world's steps are not shorter and its per-step latency weighs no more."""
+    if iteration_s is None:
+        iteration_s = ITERATION_S * (world - 1) / (WORLD - 1)
     size = rate_mbit * 1e6 / 8 * iteration_s * world / (2 * (world - 1))
     return max(4096, int(size) // 4096 * 4096)
 

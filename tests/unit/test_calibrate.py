@@ -67,6 +67,9 @@ def test_trial_size_moves_the_same_seconds_at_any_rate():
     assert trial_size_bytes(100.0) == 13_332_480
     assert trial_size_bytes(1.0) == 131072
     assert trial_size_bytes(0.001) == 4096
+    # a 32-rank ring's steps last as long as the 16-rank ring's: each rank's chunk is the same
+    chunk_16, chunk_32 = trial_size_bytes(100.0) / 16, trial_size_bytes(100.0, 32) / 32
+    assert chunk_32 == pytest.approx(chunk_16, rel=0.001)
 
 
 def test_without_a_calibration_a_run_takes_the_safe_rate_and_says_so(tmp_path):

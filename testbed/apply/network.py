@@ -240,7 +240,7 @@ class FabricNetwork:
                  ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None,
                  impairments: Mapping[str, Impairment] | None = None,
                  losses: Sequence[tuple[Cut, Loss]] = (), userspace_tso: bool = False,
-                 switchd_shards: int | None = None):
+                 switchd_shards: int | None = None, pin_cpus: bool = True):
         """``queue``: the queue every shaped switch port gets (buffer or class queues, ECN
         marking) on ``ecn_path`` (as decided by the caller; None: this machine's choice,
         decided here once); ``host_sysctls``: set in every host; ``impairments``: interface
@@ -251,12 +251,16 @@ class FabricNetwork:
         (testbed.apply.ovs.PrivateSwitchd), so every veth end keeps its checksum and
         segmentation offloads instead of turning them off; ``switchd_shards``: how many
         ovs-vswitchd processes share the switches (userspace datapath; None: as
-        testbed.plan.shards.shard_count decides for this machine)."""
+        testbed.plan.shards.shard_count decides for this machine); ``pin_cpus``: give the
+        ovs-vswitchd processes CPUs of their own and the hosts the rest
+        (testbed.plan.shards.cpu_layout), or leave every placement to the scheduler."""
         self.fabric = fabric
         user, cpus = datapath == "user", available_cpus()
         self.switchd_shards = (shard_count(len(fabric.switch_ends()), len(cpus), switchd_shards)
                                if user else 1)
-        self.cpu_layout = cpu_layout(cpus, self.switchd_shards) if user else CpuLayout()
+        self.cpu_layout = (cpu_layout(cpus, self.switchd_shards) if user and pin_cpus
+                           else CpuLayout())
+        self.pin_cpus = pin_cpus
         self.workdir = workdir
         self.ledger = ledger
         self.datapath = datapath

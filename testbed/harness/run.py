@@ -242,7 +242,7 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
                        log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
                        host_sysctls=setup.host_sysctls(), impairments=impairments.netem,
                        losses=impairments.losses, userspace_tso=tso,
-                       switchd_shards=switchd_shards()) as net:
+                       switchd_shards=switchd_shards(), pin_cpus=cpu_pinning()) as net:
         t = net.timings
         log(f"{setup.name}: {describe_switchd(net)}")
         log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
@@ -266,6 +266,18 @@ def switchd_shards() -> int | None:
     return int(value)
 
 
+CPU_PINNING_ENV = "TESTBED_CPU_PINNING"
+
+
+def cpu_pinning() -> bool:
+    """Whether forwarding and hosts get CPUs of their own (testbed.plan.shards.cpu_layout):
+    yes unless TESTBED_CPU_PINNING=off; a one-line error for anything but on or off."""
+    value = os.environ.get(CPU_PINNING_ENV, "") or "on"
+    if value not in ("on", "off"):
+        raise ConfigError(CPU_PINNING_ENV, f"expected on or off, not {value!r}")
+    return value == "on"
+
+
 def describe_switchd(net) -> str:
     """One log line: how many ovs-vswitchd forward, where they run, with which allocator."""
     d = net.switchd.describe()
@@ -273,7 +285,9 @@ def describe_switchd(net) -> str:
         return "switches in the kernel datapath (the machine's OVS)"
     where = (f"pinned to CPU {', '.join(map(str, d['pinned_cpus']))}, hosts and their "
              f"receive processing on CPU {', '.join(map(str, net.cpu_layout.host_cpus))}"
-             if d["pinned_cpus"] else "not pinned (as many processes as CPUs or more)")
+             if d["pinned_cpus"] else f"not pinned ({CPU_PINNING_ENV}=off)"
+             if not net.pin_cpus
+             else "not pinned (as many processes as CPUs or more)")
     return (f"{d['processes']} ovs-vswitchd ({d['datapath_type']} datapath, "
             f"{'/'.join(map(str, d['bridges_per_process']))} bridges), {where}, "
             f"allocator {d['allocator']}")
@@ -317,7 +331,8 @@ def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
 
     result["bring_up"]["timings_s"] = asdict(net.timings)
     result["bring_up"]["switchd"] = {**net.switchd.describe(),
-                                     "host_cpus": list(net.cpu_layout.host_cpus)}
+                                     "host_cpus": list(net.cpu_layout.host_cpus),
+                                     "cpu_pinning": net.pin_cpus}
     result["openflow"] = openflow_summary(folder, fabric, result.get("window_monotonic_s"))
     return result
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from testbed.apply import ovs
 from testbed.apply.network import host_script
 from testbed.errors import ConfigError
-from testbed.harness.run import SWITCHD_SHARDS_ENV, switchd_shards
+from testbed.harness.run import CPU_PINNING_ENV, SWITCHD_SHARDS_ENV, cpu_pinning, switchd_shards
 from testbed.model.topology.fattree import fat_tree
 from testbed.plan.shards import (
     PORTS_PER_SHARD_MIN,
@@ -100,6 +100,23 @@ def test_a_bad_shard_count_is_a_one_line_error_naming_the_variable(monkeypatch, 
     monkeypatch.setenv(SWITCHD_SHARDS_ENV, value)
     with pytest.raises(ConfigError, match=SWITCHD_SHARDS_ENV):
         switchd_shards()
+
+
+@pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("on", True),
+                                             ("off", False)])
+def test_cpu_pinning_is_on_unless_the_environment_turns_it_off(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv(CPU_PINNING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CPU_PINNING_ENV, value)
+    assert cpu_pinning() is expected
+
+
+@pytest.mark.parametrize("value", ["no", "0", "OFF", "true"])
+def test_a_bad_pinning_value_is_a_one_line_error_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv(CPU_PINNING_ENV, value)
+    with pytest.raises(ConfigError, match=CPU_PINNING_ENV):
+        cpu_pinning()
 
 
 def test_tcmalloc_is_preloaded_when_the_library_is_installed(monkeypatch):

@@ -91,7 +91,7 @@ failures: [{at_s: 2, action: link_down}]
 params: {size_bytes: 1001, chanels: 2}
 """)
     assert found[0].startswith("line 1: name: must be letters, digits")
-    assert "line 3: topology.kk: not a parameter of fattree; valid: k, fabric_rate_mbit" in found
+    assert "line 3: topology.kk: not a parameter of fattree; valid: k, fabric_rate_mbit, hosts_per_edge" in found
     assert any(f.startswith("line 4: link_rate_mbit: Input should be greater than 0") for f in found)
     assert any(f.startswith("line 5: queue.pfc:") for f in found)
     assert "line 6: failures.0: link_down needs link: [a, b]" in found

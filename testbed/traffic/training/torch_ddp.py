@@ -24,6 +24,7 @@ installed: ..."} and exit status 1.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import os
 import sys
@@ -144,6 +145,7 @@ def body(argv) -> dict:
                             world_size=world, timeout=timedelta(seconds=args.timeout_s))
     try:
         out = train(args, torch, dist, DistributedDataParallel, world, tcp_start)
+        gc.collect()  # the DDP wrapper's reducer goes now, while its group is still alive
         dist.barrier()  # no rank tears the group down while another still uses it
         return out
     finally:
@@ -268,4 +270,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The result is printed; leave without the interpreter's finalisation, in which torch's
+    # C++ objects (gloo's threads) are destroyed in no fixed order and can abort a rank that
+    # finished ("terminate called without an active exception", exit -6, seen in CI).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

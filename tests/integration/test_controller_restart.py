@@ -16,6 +16,7 @@ from testbed.model.topology import build
 RATE_MBIT = 6.0
 PROBES = 100
 PROBE_INTERVAL_S = 0.02
+RESYNC_TIMEOUT_S = 5.0  # a reconnected switch's wipe and program land well within this
 MIN_FLOW_BYTES = 100_000  # 2 s at 6 Mbit/s is 1.5 MB: a flow that only got its SYN through has 0
 # Fields that change with time or traffic, not with the rules themselves.
 VOLATILE = re.compile(r"\b(cookie|duration|n_packets|n_bytes|idle_age|hard_age|ref_count|"
@@ -83,3 +84,40 @@ def test_ugal_new_flows_still_flow_without_a_controller(ledger, tmp_path):
         received = json.loads(out)["end"]["sum_received"]["bytes"]
         print(f"ugal without a controller: a new TCP flow {src} -> {dst} carried {received} B")
         assert received >= MIN_FLOW_BYTES
+
+
+def test_a_switch_whose_controller_connection_flaps_is_resynchronised(ledger, tmp_path):
+    """One switch loses its OpenFlow connection for a while (an overloaded switch process
+    whose echo replies stop, say) and keeps forwarding with its rules, as fail_mode=secure
+    says; the controller routes the others around it, and when it reconnects it is wiped and
+    reprogrammed and the others are routed through it again: afterwards every switch holds
+    exactly the rules it held before, and every pair of hosts reaches every other."""
+    from testbed.apply.controller import EVENTS_FILE
+    from testbed.measure.failover import wait_for_event
+
+    fabric = build("fattree", k=4, host_rate_mbit=RATE_MBIT)
+    events = tmp_path / EVENTS_FILE
+    flapping = "p0a0"
+    with FabricNetwork(fabric, tmp_path, ledger, log=lambda m: None) as net:
+        before = table(net)
+        src, dst = net.host("p0e0h0"), fabric.nodes["p3e1h1"].ip
+        t_down = time.monotonic()
+        net.switchd.vsctl(["del-controller", flapping], bridge=flapping)
+        assert wait_for_event(events, "switch_down", t_down)
+        assert table(net) != before  # the others were routed around it
+        assert ping_received(src.cmd("ping", "-c", "5", "-i", "0.05", dst)) == 5
+        t_up = time.monotonic()
+        net.switchd.vsctl(["set-controller", flapping,
+                           f"tcp:127.0.0.1:{net.controller.port}"], bridge=flapping)
+        assert wait_for_event(events, "switch_up", t_up)
+        # the event waits for the others' barriers; the returning switch's own program is
+        # sent first on its new connection and may still be landing
+        deadline = time.monotonic() + RESYNC_TIMEOUT_S
+        while (after := table(net)) != before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for bridge in net.bridges:
+            flows, _ = after[bridge]
+            assert len(flows) == len(set(flows)), bridge  # nothing duplicated
+        assert after == before  # nothing stale, nothing missing
+        probes, answered = net.ping_all()
+        assert answered == probes

@@ -13,7 +13,7 @@ from ranks import run_ranks
 from testbed.traffic.collectives import algorithms as alg
 from testbed.traffic.collectives.data import ALGORITHMS, ALLREDUCE, op_sizes
 from testbed.traffic.collectives.executor import Executor, plan_rank
-from testbed.traffic.collectives.runner import PreparedCollective
+from testbed.traffic.collectives.runner import PreparedCollective, lane_count
 from testbed.traffic.collectives.schedule import RECV, SEND
 from testbed.traffic.collectives.transport import close_local, local_transports
 
@@ -241,6 +241,17 @@ def test_channels_run_an_allreduce_as_independent_pipelines_on_disjoint_segments
     with Executor(transports[1]) as executor, \
             PreparedCollective(executor, gather, "ring", SEED, 4 * 64) as coll:
         assert len(coll.lanes) == 1
+
+
+def test_small_messages_take_fewer_channels_as_nccls_tuner_does():
+    kib = 1024
+    # 16 ranks, 4 channels: a ring step carries a 16th of a channel's segment, >= 16 KiB
+    assert lane_count(ALLREDUCE, 1 * kib, 16, 4, 16 * kib) == 1
+    assert lane_count(ALLREDUCE, 256 * kib, 16, 4, 16 * kib) == 1
+    assert lane_count(ALLREDUCE, 512 * kib, 16, 4, 16 * kib) == 2
+    assert lane_count(ALLREDUCE, 2048 * kib, 16, 4, 16 * kib) == 4  # the bundled scenarios
+    assert lane_count("broadcast", 32 * kib, 16, 4, 16 * kib) == 2
+    assert lane_count("allgather", 2048 * kib, 16, 4, 16 * kib) == 1  # split, not laned
 
 
 def test_a_channel_view_sends_every_message_whole_on_its_channel(world_of):

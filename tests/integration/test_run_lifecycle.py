@@ -66,7 +66,10 @@ def test_run_writes_results_and_leaves_nothing(tmp_path):
     ready = result["bring_up"]
     assert (ready["probes"], ready["answered"], ready["ordered_pairs"]) == (128, 128, 240)
     assert summary["verdict"]["emulator_trusted"], summary["verdict"]["reasons"]
-    assert {c["outcome"] for c in summary["verdict"]["checks"]} == {"PASS"}
+    outcomes = {c["name"]: c["outcome"] for c in summary["verdict"]["checks"]}
+    # 256 KiB on 16 ranks runs one channel: one flow per ring neighbour, no ECMP spread to judge
+    assert outcomes.pop("ECMP spread flows over group uplinks") == "n/a"
+    assert set(outcomes.values()) == {"PASS"}
     for name in ("config.json", "controller.log", "report.md", "report.html"):
         assert (run_dir / name).exists(), name
     assert len(list((run_dir / "plots").glob("*.png"))) >= 2

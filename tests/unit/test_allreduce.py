@@ -148,3 +148,21 @@ def test_rank0_progress_reads_its_progress_lines(tmp_path):
     assert rank_progress(path) == 2
 
 
+
+
+def test_ecmp_spread_is_not_judged_when_the_ranks_ran_one_channel():
+    from testbed.harness.scenario import load
+    from testbed.model.verdict import FAIL, NOT_JUDGED
+
+    experiment = load("fattree-allreduce", {}).experiment
+    spread = {"switches": ["p0e0", "p0e1"], "spread": False, "uplinks_used": 2,
+              "uplinks_in_groups": 4, "jain_mean": 1.0}
+    fabric = {"verified_ranks": 16, "world": 16, "busbw_fraction_of_link": 0.95,
+              "busbw_mbit_s": 5.7, "link_rate_mbit": 6.0, "ecmp": spread}
+
+    def outcome(channels_used):
+        checks = experiment.checks({"fabric": {**fabric, "channels_used": channels_used}})
+        return next(c.outcome for c in checks if c.name.startswith("ECMP spread"))
+
+    assert outcome(4) == FAIL
+    assert outcome(1) == NOT_JUDGED

@@ -283,11 +283,13 @@ def describe_switchd(net) -> str:
     d = net.switchd.describe()
     if d["datapath_type"] == "system":
         return "switches in the kernel datapath (the machine's OVS)"
-    where = (f"pinned to CPU {', '.join(map(str, d['pinned_cpus']))}, hosts and their "
-             f"receive processing on CPU {', '.join(map(str, net.cpu_layout.host_cpus))}"
-             if d["pinned_cpus"] else f"not pinned ({CPU_PINNING_ENV}=off)"
-             if not net.pin_cpus
-             else "not pinned (as many processes as CPUs or more)")
+    if d["pinned_cpus"]:
+        where = (f"pinned to CPU {', '.join(map(str, d['pinned_cpus']))}, hosts and their "
+                 f"receive processing on CPU {', '.join(map(str, net.cpu_layout.host_cpus))}")
+    elif not net.pin_cpus:
+        where = f"not pinned ({CPU_PINNING_ENV}=off)"
+    else:
+        where = "not pinned (as many processes as CPUs or more)"
     return (f"{d['processes']} ovs-vswitchd ({d['datapath_type']} datapath, "
             f"{'/'.join(map(str, d['bridges_per_process']))} bridges), {where}, "
             f"allocator {d['allocator']}")

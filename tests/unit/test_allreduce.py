@@ -118,9 +118,9 @@ def test_params_accept_the_limits(field, value):
 # --- the ranks' results ------------------------------------------------------------------------
 
 
-def rank(times, window, verified=True, out=100, retrans=1):
+def rank(times, window, verified=True, out=100, retrans=1, channels_used=4):
     return {"times_s": times, "timed_window_monotonic_s": window, "verified": verified,
-            "tcp_out_segs": out, "tcp_retrans_segs": retrans}
+            "tcp_out_segs": out, "tcp_retrans_segs": retrans, "channels_used": channels_used}
 
 
 def test_summary_takes_the_slowest_rank_per_iteration():
@@ -138,6 +138,7 @@ def test_summary_takes_the_slowest_rank_per_iteration():
     assert s["timed_window_monotonic_s"] == [10.1, 14.0]
     assert s["window_monotonic_s"] == [9.9, 15.2]
     assert s["tcp"] == {"segments_sent": 400, "segments_retransmitted": 4}
+    assert s["channels_used"] == 4
 
 
 def test_rank0_progress_reads_its_progress_lines(tmp_path):
@@ -155,14 +156,17 @@ def test_ecmp_spread_is_not_judged_when_the_ranks_ran_one_channel():
     from testbed.model.verdict import FAIL, NOT_JUDGED
 
     experiment = load("fattree-allreduce", {}).experiment
+    halving = load("fattree-allreduce", {"params.algorithm": "hd"}).experiment
     spread = {"switches": ["p0e0", "p0e1"], "spread": False, "uplinks_used": 2,
               "uplinks_in_groups": 4, "jain_mean": 1.0}
     fabric = {"verified_ranks": 16, "world": 16, "busbw_fraction_of_link": 0.95,
               "busbw_mbit_s": 5.7, "link_rate_mbit": 6.0, "ecmp": spread}
 
-    def outcome(channels_used):
-        checks = experiment.checks({"fabric": {**fabric, "channels_used": channels_used}})
+    def outcome(channels_used, exp=experiment):
+        checks = exp.checks({"fabric": {**fabric, "channels_used": channels_used}})
         return next(c.outcome for c in checks if c.name.startswith("ECMP spread"))
 
     assert outcome(4) == FAIL
     assert outcome(1) == NOT_JUDGED
+    # halving-doubling talks to several peers even on one channel: still judged
+    assert outcome(1, halving) == FAIL

@@ -227,7 +227,7 @@ def test_channels_run_an_allreduce_as_independent_pipelines_on_disjoint_segments
     sizes = op_sizes(ALLREDUCE, 4 * 1000, 4)
     with Executor(transports[1]) as executor, \
             PreparedCollective(executor, sizes, "ring", SEED, 4 * 64) as coll:
-        assert len(coll.lanes) == 3
+        assert len(coll.lanes) == coll.channels_used == 3
         covered = []
         for (lane_executor, plan), c in zip(coll.lanes, range(3)):
             assert lane_executor.transport.channels == 1
@@ -240,7 +240,7 @@ def test_channels_run_an_allreduce_as_independent_pipelines_on_disjoint_segments
     gather = op_sizes("allgather", 4 * 1200, 4)
     with Executor(transports[1]) as executor, \
             PreparedCollective(executor, gather, "ring", SEED, 4 * 64) as coll:
-        assert len(coll.lanes) == 1
+        assert len(coll.lanes) == coll.channels_used == 1
 
 
 def test_small_messages_take_fewer_channels_as_nccls_tuner_does():

@@ -310,6 +310,8 @@ def test_allreduce_program_with_the_orchestrators_arguments():
         "--expect-sha256", digest])
     assert [code for code, _ in out] == [0] * WORLD
     assert all(res["verified"] and res["channels"] == channels for _, res in out)
+    # 5000 B per ring step is below a channel's 16 KiB: the ranks ran one channel, and say so
+    assert all(res["channels_used"] == 1 for _, res in out)
 
 
 def test_programs_report_errors_as_json():

@@ -92,6 +92,7 @@ def body(argv) -> dict:
         timed_start = None
         with PreparedCollective(executor, sizes, args.algo, args.seed, args.slice_bytes,
                                 groups=args.groups) as coll:
+            channels_used = coll.channels_used
             for it in range(args.warmup + args.iters):
                 coll.reset()
                 transport.barrier()
@@ -111,7 +112,8 @@ def body(argv) -> dict:
         tcp, _ = session.finish()
         roce = transport.stats()["engine"] if args.transport == "roce" else None
     return {"rank": args.rank, "times_s": times_s, "verified": verified, "wrong": wrong,
-            "size_bytes": sizes.size_bytes, "channels": args.channels, "algorithm": args.algo,
+            "size_bytes": sizes.size_bytes, "channels": args.channels,
+            "channels_used": channels_used, "algorithm": args.algo,
             "transport": args.transport, "roce": roce,
             "timed_window_monotonic_s": [timed_start, timed_end], **tcp}
 

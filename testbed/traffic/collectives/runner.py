@@ -77,6 +77,12 @@ class PreparedCollective:
         self._expected: tuple[int, np.ndarray] | None = None
 
     @property
+    def channels_used(self) -> int:
+        """The channels the collective runs on (``lane_count``: fewer than the transport's
+        for a small message)."""
+        return len(self.lanes)
+
+    @property
     def work(self) -> np.ndarray:
         return self.buffers[WORK]
 

@@ -58,7 +58,7 @@ done
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep 'install ok installed' >/dev/null; then
     missing+=("$pkg")
   fi
 done
@@ -68,7 +68,9 @@ done
 # ships it only per kernel release, in linux-tools-<release> (linux-tools-common's
 # /usr/sbin/bpftool is a wrapper that fails without it). Whichever apt offers is installed.
 bpftool_works() { command -v bpftool >/dev/null 2>&1 && bpftool version >/dev/null 2>&1; }
-apt_has_candidate() { LC_ALL=C apt-cache policy "$1" 2>/dev/null | grep -q '^ *Candidate: [^(]'; }
+# grep reads the whole answer (no -q): quitting at the first match would end apt-cache with
+# SIGPIPE while it still writes, which pipefail turns into a failed pipeline.
+apt_has_candidate() { LC_ALL=C apt-cache policy "$1" 2>/dev/null | grep '^ *Candidate: [^(]' >/dev/null; }
 
 need_bpftool=0
 bpftool_works || need_bpftool=1
@@ -100,7 +102,7 @@ fi
 # tcmalloc for the userspace datapath's ovs-vswitchd (testbed.apply.ovs.allocator_preload):
 # faster forwarding, not needed for correctness, so a machine that cannot get it still
 # installs (runs then say "allocator glibc"). Ubuntu 24.04 names the package ...4t64.
-if ! ldconfig -p 2>/dev/null | grep -q 'libtcmalloc_minimal\.so\.4 '; then
+if ! ldconfig -p 2>/dev/null | grep 'libtcmalloc_minimal\.so\.4 ' >/dev/null; then
   tcmalloc_package=libtcmalloc-minimal4
   apt_has_candidate libtcmalloc-minimal4t64 && tcmalloc_package=libtcmalloc-minimal4t64
   if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \

@@ -282,7 +282,7 @@ class FabricNetwork:
                         if queue is not None else None)
         self.loss = None
         if losses:
-            self.loss = LinkLoss(losses, ledger, self._host_pid, log=log)
+            self.loss = LinkLoss(losses, ledger, self.pid, log=log)
         self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
                                       log=log)
                     if queue is not None and queue.pfc is not None else None)
@@ -410,7 +410,8 @@ class FabricNetwork:
                          mtu=self.fabric.mtu_bytes, group=LINK_GROUP)
             ipr.link("set", index=0, group=LINK_GROUP, state="up")
 
-    def _host_pid(self, name: str) -> int:
+    def pid(self, name: str) -> int:
+        """The PID of a host's shell, whose namespaces the host's processes share."""
         return self.hosts[name].pid
 
     def root_interfaces(self) -> list[str]:
@@ -597,7 +598,7 @@ class FabricNetwork:
         the eBPF loss program; once per fabric (its counters then count from here)."""
         if self.loss is not None:
             raise TestbedError("this fabric already loses packets by the eBPF loss program")
-        self.loss = LinkLoss(losses, self.ledger, self._host_pid, log=self.log)
+        self.loss = LinkLoss(losses, self.ledger, self.pid, log=self.log)
         self.loss.apply()
 
     def loss_counters(self) -> dict:

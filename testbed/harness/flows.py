@@ -13,12 +13,32 @@ from pydantic import Field
 from testbed.errors import TestbedError
 from testbed.harness.experiment import Params
 from testbed.measure.patterns import PatternResult, fraction_of_capacity
+from testbed.measure.sockets import wait_listening
 
 BASE_PORT = 5400
-SERVER_START_S = 0.5       # iperf3 servers listening before the clients connect
+SERVER_START_S = 0.5       # the iperf3 servers' head start before the clients connect
+LISTEN_TIMEOUT_S = 10.0    # beyond it, a server that does not listen is a failed start
 CLIENT_GRACE_S = 30.0      # beyond the flow time, before a client counts as hung
 COUNTER_READ_TIMEOUT_S = 10.0
 PROC_TCP_FILES = ("/proc/net/netstat", "/proc/net/snmp")
+
+
+def wait_servers(net, listeners: list[tuple[str, int]], servers: list) -> None:
+    """Wait until every (host, port) in ``listeners`` listens: a client that connects before
+    its server listens is refused, and the server then waits for a client that never comes.
+    On a failed start the ``servers`` are ended before the error is raised."""
+    ports: dict[str, list[int]] = {}
+    for host, port in listeners:
+        ports.setdefault(host, []).append(port)
+    try:
+        for host, wanted in ports.items():
+            wait_listening(net.pid(host), wanted, LISTEN_TIMEOUT_S, f"iperf3 server in {host}")
+    except TestbedError:
+        for proc in servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        raise
 
 
 def run_flows(net, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
@@ -31,6 +51,7 @@ def run_flows(net, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for i, (_, dst) in enumerate(pairs)]
     time.sleep(SERVER_START_S)
+    wait_servers(net, [(dst, BASE_PORT + i) for i, (_, dst) in enumerate(pairs)], servers)
     clients = [net.popen(src, ["iperf3", "-c", net.fabric.nodes[dst].ip, "-p", str(BASE_PORT + i),
                                "-t", str(seconds), "-O", str(omit_s), "-P", str(streams),
                                "-S", str(tos), "-J"],

@@ -21,6 +21,7 @@ from testbed.apply.network import FabricNetwork
 from testbed.capabilities import detect
 from testbed.measure.counters import counter_delta
 from testbed.measure.queues import queue_sampling
+from testbed.measure.sockets import wait_listening
 from testbed.measure.stats import percentile
 from testbed.model.topology import build
 from testbed.plan.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
@@ -39,6 +40,7 @@ BASE_PORT = 5311
 FLOW_S = 12
 FLOW_TIMEOUT_S = FLOW_S + 20
 SERVER_START_S = 0.5
+LISTEN_TIMEOUT_S = 10.0
 SS_AFTER_S = 3.0  # into the flows: connections are established and sending
 SAMPLE_INTERVAL_S = 0.010  # queue depth every 10 ms, as mininet-tests/dctcp sampled
 # Judged window: after slow start (whose overshoot past K comes before the first marks take
@@ -90,6 +92,8 @@ def run_flows(net, marking: EcnMarking) -> dict:
     for i, _ in enumerate(SENDERS):
         server.cmd("iperf3", "-s", "-D", "-1", "-p", str(BASE_PORT + i))
     time.sleep(SERVER_START_S)
+    wait_listening(net.pid(RECEIVER), [BASE_PORT + i for i in range(len(SENDERS))],
+                   LISTEN_TIMEOUT_S, f"iperf3 server in {RECEIVER}")
     before, ce_before = marking.counters(), received_ce(net)
     with queue_sampling(marking.queue_depths, [BOTTLENECK], SAMPLE_INTERVAL_S) as series:
         clients = [net.popen(sender, ["iperf3", "-c", receiver_ip, "-p", str(BASE_PORT + i),

@@ -17,6 +17,7 @@ from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.utils import rdpcap
 
 from testbed.apply.network import FabricNetwork
+from testbed.harness.flows import wait_servers
 from testbed.measure.counters import read_host_qdiscs, read_qdiscs
 from testbed.model.topology import build
 from testbed.plan.pfc import switch_fan_in
@@ -82,6 +83,7 @@ def incast(net, receiver: str, senders: list[str]) -> dict[int, float]:
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for _, _, port in jobs]
     time.sleep(SERVER_START_S)
+    wait_servers(net, [(receiver, port) for _, _, port in jobs], servers)
     cc = loss_based_cc()
     clients = [net.popen(s, ["iperf3", "-c", rip, "-p", str(port), "-t", str(FLOW_S),
                              "-S", str(tos), "-C", cc, "-J"],

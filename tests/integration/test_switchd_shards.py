@@ -9,11 +9,13 @@ import os
 import subprocess
 
 from testbed.apply.network import FabricNetwork
+from testbed.harness.flows import wait_servers
 from testbed.model.topology import build
 
 RATE_MBIT = 20.0
 MIN_TCP_DELIVERY = 0.85  # a lone TCP flow's goodput vs the configured link rate
 SHARDS = 2
+PORT = 5301
 
 
 def test_two_processes_share_the_fabric_and_forward_every_pair(ledger, tmp_path):
@@ -34,14 +36,19 @@ def test_two_processes_share_the_fabric_and_forward_every_pair(ledger, tmp_path)
         sent, received = net.ping_all()
         assert (sent, received) == (128, 128)
         a, b = fabric.hosts[0], fabric.hosts[-1]  # different pods: five switches apart
-        server = net.popen(b.name, ["iperf3", "-s", "-1", "-p", "5301"],
+        server = net.popen(b.name, ["iperf3", "-s", "-1", "-p", str(PORT)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_servers(net, [(b.name, PORT)], [server])
         try:
-            out = net.host(a.name).cmd("iperf3", "-c", b.ip, "-p", "5301", "-t", "4", "-J",
+            out = net.host(a.name).cmd("iperf3", "-c", b.ip, "-p", str(PORT), "-t", "4", "-J",
                                        "--connect-timeout", "3000")
         finally:
-            server.wait(timeout=10)
-        mbit = json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+        report = json.loads(out)
+        assert "error" not in report, report["error"]
+        mbit = report["end"]["sum_received"]["bits_per_second"] / 1e6
         assert mbit >= MIN_TCP_DELIVERY * RATE_MBIT, mbit
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}"), f"ovs-vswitchd {pid} outlived the fabric"

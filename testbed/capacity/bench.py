@@ -30,13 +30,12 @@ from testbed.apply.controller import write_anycast
 from testbed.apply.network import FabricNetwork
 from testbed.harness.experiment import Setup
 from testbed.harness.fabric_checks import anycast_reachable
+from testbed.harness.flows import start_iperf_server
 from testbed.harness.run import machine, new_run_id
-from testbed.measure.sockets import wait_listening
 from testbed.model.topology import build
 
 IPERF_SECONDS = 5
 IPERF_PORT = 5201
-LISTEN_TIMEOUT_S = 10.0
 
 
 def iperf_mbit(client, server_ip: str) -> float:
@@ -45,19 +44,13 @@ def iperf_mbit(client, server_ip: str) -> float:
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
-def start_iperf_server(host) -> None:
-    """One iperf3 server (one test, then it exits) in ``host``, listening when this returns."""
-    host.cmd("iperf3", "-s", "-D", "-1", "-p", str(IPERF_PORT))
-    wait_listening(host.pid, [IPERF_PORT], LISTEN_TIMEOUT_S, f"iperf3 server in {host.name}")
-
-
 def forwarding_capacity(workdir: Path, ledger, mtu_bytes: int, switches: int, log,
                         userspace_tso: bool = False) -> float:
     """TCP Mbit/s between the two hosts of a line of ``switches`` unshaped switches."""
     fabric = build("line", switches=switches, mtu_bytes=mtu_bytes)
     with FabricNetwork(fabric, workdir, ledger, log=log, userspace_tso=userspace_tso) as net:
         server = net.host("h1")
-        start_iperf_server(server)
+        start_iperf_server(server, IPERF_PORT)
         return iperf_mbit(net.host("h0"), fabric.nodes["h1"].ip)
 
 
@@ -74,7 +67,7 @@ def direct_capacity(ledger, mtu_bytes: int) -> float:
         for h in (h0, h1):
             ledger.add_process(h.pid)
             h.cmd(f"ip link set dev {h.defaultIntf()} mtu {mtu_bytes}")
-        start_iperf_server(h1)
+        start_iperf_server(h1, IPERF_PORT)
         return iperf_mbit(h0, "10.0.0.3")
     finally:
         net.stop()
@@ -111,7 +104,7 @@ def kernel_forwarding_capacity(ledger, mtu_bytes: int) -> float:
                 node.cmd("ip", *argv)
         for router in (r0, r1):
             router.cmd("sysctl", "-qw", "net.ipv4.ip_forward=1")
-        start_iperf_server(h1)
+        start_iperf_server(h1, IPERF_PORT)
         return iperf_mbit(h0, "10.3.0.2")
     finally:
         net.stop()

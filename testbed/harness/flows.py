@@ -41,6 +41,13 @@ def wait_servers(net, listeners: list[tuple[str, int]], servers: list) -> None:
         raise
 
 
+def start_iperf_server(host, port: int) -> None:
+    """One iperf3 server (one test, then it exits), daemonised in ``host`` (a Mininet host),
+    listening on ``port`` when this returns."""
+    host.cmd("iperf3", "-s", "-D", "-1", "-p", str(port))
+    wait_listening(host.pid, [port], LISTEN_TIMEOUT_S, f"iperf3 server in {host.name}")
+
+
 def run_flows(net, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
               streams: int = 1, tos: int = 0) -> tuple[list[float], list[str]]:
     """One iperf3 flow (of ``streams`` parallel TCP connections) per (source, destination)

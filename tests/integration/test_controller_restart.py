@@ -10,6 +10,7 @@ import time
 
 from testbed.apply.controller import ControllerProcess
 from testbed.apply.network import FabricNetwork
+from testbed.harness.flows import wait_servers
 from testbed.measure.failover import ping_received
 from testbed.model.topology import build
 
@@ -74,7 +75,7 @@ def test_ugal_new_flows_still_flow_without_a_controller(ledger, tmp_path):
         server = net.popen(dst, ["iperf3", "-s", "-1", "-p", "5301"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            time.sleep(0.5)
+            wait_servers(net, [(dst, 5301)], [server])
             out = net.host(src).cmd("iperf3", "-c", fabric.nodes[dst].ip, "-p", "5301",
                                     "-t", "2", "-J")
         finally:

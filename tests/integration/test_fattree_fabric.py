@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 
 import pytest
 
 from testbed.apply.network import FabricNetwork
 from testbed.controllers.routing.ecmp import compute_rules
 from testbed.harness.experiment import SetupRun
+from testbed.harness.flows import start_iperf_server
 from testbed.harness.progress import QuietProgress
 from testbed.harness.scenario import validate
 from testbed.model.topology import build
@@ -67,8 +67,7 @@ def test_controller_listens_on_loopback_only(net):
 
 def test_tcp_flow_across_pods_reaches_the_link_rate(net):
     server, client = net.host("p3e1h1"), net.host("p0e0h0")
-    server.cmd("iperf3", "-s", "-D", "-1", "-p", "5301")
-    time.sleep(0.3)
+    start_iperf_server(server, 5301)
     server_ip = net.fabric.nodes["p3e1h1"].ip
     out = json.loads(client.cmd("iperf3", "-c", server_ip, "-p", "5301", "-t", "4", "-J"))
     mbit = out["end"]["sum_received"]["bits_per_second"] / 1e6

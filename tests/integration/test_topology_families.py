@@ -8,6 +8,7 @@ import pytest
 
 from testbed.apply.network import FabricNetwork
 from testbed.controllers.routing.ecmp import compute_rules
+from testbed.harness.flows import start_iperf_server
 from testbed.model.topology import build
 
 RATE_MBIT = 6.0
@@ -40,14 +41,12 @@ def test_switch_to_switch_links_are_shaped(ledger, tmp_path):
     """Between GPUs of two NVSwitch nodes the only slow links are the nodes' NICs, which are
     switch-to-switch links: a TCP flow there must run at the NIC rate, not the NVLink rate."""
     import json
-    import time
 
     fabric = build("nvswitch", base="spineleaf", leaves=2, spines=2, hosts_per_leaf=2,
                    gpus_per_node=4, host_rate_mbit=RATE_MBIT)
     with FabricNetwork(fabric, tmp_path, ledger, log=lambda m: None) as net:
         server, client = net.host("l1h1g0"), net.host("l0h0g0")
-        server.cmd("iperf3", "-s", "-D", "-1", "-p", "5302")
-        time.sleep(0.3)
+        start_iperf_server(server, 5302)
         out = json.loads(client.cmd("iperf3", "-c", fabric.nodes["l1h1g0"].ip, "-p", "5302",
                                     "-t", "4", "-J"))
         mbit = out["end"]["sum_received"]["bits_per_second"] / 1e6

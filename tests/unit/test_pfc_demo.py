@@ -6,6 +6,7 @@ emulation."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -495,11 +496,18 @@ def test_the_earlier_flags_still_work(monkeypatch):
 
 
 # --- measure, on a stand-in fabric -------------------------------------------------------------
-# iperf3 is replaced by a stand-in of the same command line: a server exits, a client reports
+# iperf3 is replaced by a stand-in of the same command line: a server listens, a client reports
 # 2 Mbit/s on the victim's port and 1.5 elsewhere, and appends a pause of its host's NIC to
 # the pause agent's events file (with the real monotonic clock, so the victim's run alone
 # falls outside the measured window). No namespace, switch or packet is involved.
 
+STAND_IN_IPERF_SERVER = r"""
+import socket, sys, time
+with socket.socket() as server:
+    server.bind(("127.0.0.1", int(sys.argv[1])))
+    server.listen()
+    time.sleep(60)  # until the flows are over and run_flows ends it
+"""
 STAND_IN_IPERF_CLIENT = r"""
 import json, sys, time
 events, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -532,10 +540,13 @@ class StandInNet:
         self.pfc = StandInAgent(fabric) if pfc else None
         self.drops = 0
 
+    def pid(self, host) -> int:
+        return os.getpid()  # the stand-in servers listen in this process's namespace
+
     def popen(self, host, argv, **kwargs):
         port = argv[argv.index("-p") + 1]
         if "-s" in argv:
-            return subprocess.Popen([sys.executable, "-c", "pass"], **kwargs)
+            return subprocess.Popen([sys.executable, "-c", STAND_IN_IPERF_SERVER, port], **kwargs)
         events = str(self.workdir / EVENTS_FILE)
         return subprocess.Popen([sys.executable, "-c", STAND_IN_IPERF_CLIENT, events, host,
                                  port], **kwargs)

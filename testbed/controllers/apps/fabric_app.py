@@ -255,11 +255,14 @@ class FabricApp(app_manager.OSKenApp):
     def switch_features_handler(self, ev):
         t0 = time.monotonic()
         dp = ev.msg.datapath
-        name = self.state.names.get(dp.id)
+        # The message's dpid, not dp.id: os-ken queues this event for the apps before its own
+        # handler, in the connection's thread, sets dp.id, so this thread may run first.
+        dpid = ev.msg.datapath_id
+        name = self.state.names.get(dpid)
         if name is None:
-            self.logger.warning("unknown switch dpid %016x connected; leaving it empty", dp.id)
+            self.logger.warning("unknown switch dpid %016x connected; leaving it empty", dpid)
             return
-        self.datapaths[dp.id] = dp
+        self.datapaths[dpid] = dp
         change = self.state.switch_status(name, up=True)
         # Recompute first (a returning switch, or changes made while no switch was connected),
         # so the switch is programmed with the current state; the others follow after it.

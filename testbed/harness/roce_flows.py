@@ -187,7 +187,8 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
     destination (one per destination); waits for every program and returns their results.
     A program that fails or hangs is an error of the run, not an exception: what the others
     measured is kept. ``cpu`` (testbed.measure.generators.GeneratorCpu) watches every
-    program's CPU, each sender judged over the window it measured in."""
+    program's CPU, each sender judged over the window it measured in and each server over
+    the windows of the flows it served."""
     fabric = net.fabric
     ip = {name: fabric.nodes[name].ip for pair in pairs for name in pair}
     servers = {}
@@ -245,9 +246,28 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
         if result is not None:
             (folder / f"roce-serve-{dst}.json").write_text(json.dumps(result))
             errors += [f"server {dst}: {e}" for e in result.get("errors", [])]
+    if cpu is not None:
+        keys = [f"{dst}-{i}" if settings.transport == RXE else dst
+                for i, (_, dst) in enumerate(pairs)]
+        for key, window_s in served_windows(keys, results).items():
+            cpu.measured(f"server {key}", window_s)
     starts = [r["window_monotonic_s"][0] for r in results if r and r.get("window_monotonic_s")]
     window = (min(starts), max(ends)) if starts else None
     return RoceRun(list(pairs), results, served, errors, window)
+
+
+def served_windows(servers: list[str], results: list[dict | None]
+                   ) -> dict[str, tuple[float, float]]:
+    """The window each server measured in: from the first start to the last end of the
+    windows of the flows it served (``servers[i]`` served flow i, whose sender reported
+    ``results[i]``), not its start-up before them or its checks after them."""
+    windows: dict[str, tuple[float, float]] = {}
+    for server, result in zip(servers, results):
+        w = result.get("window_monotonic_s") if result else None
+        if w:
+            was = windows.get(server, (w[0], w[1]))
+            windows[server] = (min(was[0], w[0]), max(was[1], w[1]))
+    return windows
 
 
 def _collect(proc, who: str, timeout_s: float, errors: list[str]) -> dict | None:

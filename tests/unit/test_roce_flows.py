@@ -29,6 +29,7 @@ from testbed.harness.roce_flows import (
     rxe_argv,
     send_argv,
     serve_argv,
+    served_windows,
 )
 from testbed.harness.roce_setups import (
     LOSSLESS_QUEUE,
@@ -159,6 +160,25 @@ def test_an_incast_of_two_flows_runs_and_verifies(tmp_path):
     assert (tmp_path / "roce-h0-h2.json").exists() and (tmp_path / "roce-serve-h2.json").exists()
     flows = run.summary()["flows"]
     assert [f["src"] for f in flows] == ["h0", "h1"] and flows[0]["bytes_delivered"] == 400_000
+
+
+def test_a_server_is_judged_over_the_flows_it_served():
+    a, b = {"window_monotonic_s": [10.0, 14.0]}, {"window_monotonic_s": [11.0, 16.0]}
+    assert served_windows(["h2", "h2", "h3"], [a, b, None]) == {"h2": (10.0, 16.0)}
+    assert served_windows(["h2-0", "h2-1"], [a, b]) == {"h2-0": (10.0, 14.0),
+                                                        "h2-1": (11.0, 16.0)}
+
+
+def test_the_generators_cpu_covers_each_program_over_its_flows(tmp_path):
+    from testbed.measure.generators import GeneratorCpu
+
+    net = LoopbackNet({"h0": "127.0.0.2", "h1": "127.0.0.3", "h2": "127.0.0.4"})
+    settings = RoceSettings(count=4, message_bytes=100_000, timeout_s=RUN_TIMEOUT_S)
+    with GeneratorCpu() as cpu:
+        run = run_roce_flows(net, [("h0", "h2"), ("h1", "h2")], settings, tmp_path, cpu)
+    assert run.errors == []
+    assert set(cpu.windows) == {"server h2", "sender h0->h2", "sender h1->h2"}
+    assert cpu.windows["server h2"] == served_windows(["h2", "h2"], run.senders)["h2"]
 
 
 def test_a_sender_that_fails_is_an_error_of_the_run_not_an_exception(tmp_path):

@@ -240,7 +240,8 @@ class FabricNetwork:
                  ecn_path: str | None = None, host_sysctls: dict[str, str] | None = None,
                  impairments: Mapping[str, Impairment] | None = None,
                  losses: Sequence[tuple[Cut, Loss]] = (), userspace_tso: bool = False,
-                 switchd_shards: int | None = None, pin_cpus: bool = True):
+                 switchd_shards: int | None = None, pin_cpus: bool = True,
+                 min_host_cpus: int = 1):
         """``queue``: the queue every shaped switch port gets (buffer or class queues, ECN
         marking) on ``ecn_path`` (as decided by the caller; None: this machine's choice,
         decided here once); ``host_sysctls``: set in every host; ``impairments``: interface
@@ -253,14 +254,15 @@ class FabricNetwork:
         ovs-vswitchd processes share the switches (userspace datapath; None: as
         testbed.plan.shards.shard_count decides for this machine); ``pin_cpus``: give the
         ovs-vswitchd processes CPUs of their own and the hosts the rest
-        (testbed.plan.shards.cpu_layout), or leave every placement to the scheduler."""
+        (testbed.plan.shards.cpu_layout) when that leaves the hosts ``min_host_cpus`` or
+        more, or leave every placement to the scheduler."""
         self.fabric = fabric
         user, cpus = datapath == "user", available_cpus()
         self.switchd_shards = (shard_count(len(fabric.switch_ends()), len(cpus), switchd_shards)
                                if user else 1)
-        self.cpu_layout = (cpu_layout(cpus, self.switchd_shards) if user and pin_cpus
-                           else CpuLayout())
-        self.pin_cpus = pin_cpus
+        self.cpu_layout = (cpu_layout(cpus, self.switchd_shards, min_host_cpus)
+                           if user and pin_cpus else CpuLayout())
+        self.pin_cpus, self.min_host_cpus = pin_cpus, min_host_cpus
         self.workdir = workdir
         self.ledger = ledger
         self.datapath = datapath
@@ -284,7 +286,7 @@ class FabricNetwork:
         if losses:
             self.loss = LinkLoss(losses, ledger, self.pid, log=log)
         self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
-                                      log=log)
+                                      log=log, cpus=self.cpu_layout.switchd_cpus)
                     if queue is not None and queue.pfc is not None else None)
 
     def __enter__(self) -> FabricNetwork:

@@ -135,6 +135,11 @@ class Experiment:
     cli_aliases: ClassVar[dict[str, str]] = {}  # extra flag of ``testbed NAME`` -> Params field
 
     max_default_rate_mbit: ClassVar[float | None] = None  # a calibrated default is capped here
+    # The fewest CPUs the hosts keep when forwarding gets CPUs of its own
+    # (testbed.plan.shards.cpu_layout); where the machine cannot leave that many, nothing is
+    # pinned. 1 suits bandwidth-bound runs; 2 suits latency-bound ones whose ranks answer each
+    # other, which on one CPU wait for each other at every exchange.
+    min_host_cpus: ClassVar[int] = 1
 
     def __init__(self, scenario: Scenario, params, platform: Platform):
         self.scenario = scenario

@@ -242,7 +242,8 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
                        log=log, queue=setup.queue, ecn_path=resolved.ecn_path,
                        host_sysctls=setup.host_sysctls(), impairments=impairments.netem,
                        losses=impairments.losses, userspace_tso=tso,
-                       switchd_shards=switchd_shards(), pin_cpus=cpu_pinning()) as net:
+                       switchd_shards=switchd_shards(), pin_cpus=cpu_pinning(),
+                       min_host_cpus=resolved.experiment.min_host_cpus) as net:
         t = net.timings
         log(f"{setup.name}: {describe_switchd(net)}")
         log(f"{setup.name}: fabric up: built in {t.build_s:.1f} s; all "
@@ -288,6 +289,9 @@ def describe_switchd(net) -> str:
                  f"receive processing on CPU {', '.join(map(str, net.cpu_layout.host_cpus))}")
     elif not net.pin_cpus:
         where = f"not pinned ({CPU_PINNING_ENV}=off)"
+    elif net.min_host_cpus > 1:
+        where = (f"not pinned (the experiment's hosts keep at least {net.min_host_cpus} "
+                 "CPUs, and pinning would leave them fewer)")
     else:
         where = "not pinned (as many processes as CPUs or more)"
     return (f"{d['processes']} ovs-vswitchd ({d['datapath_type']} datapath, "
@@ -334,7 +338,8 @@ def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
     result["bring_up"]["timings_s"] = asdict(net.timings)
     result["bring_up"]["switchd"] = {**net.switchd.describe(),
                                      "host_cpus": list(net.cpu_layout.host_cpus),
-                                     "cpu_pinning": net.pin_cpus}
+                                     "cpu_pinning": net.pin_cpus,
+                                     "min_host_cpus": net.min_host_cpus}
     result["openflow"] = openflow_summary(folder, fabric, result.get("window_monotonic_s"))
     return result
 

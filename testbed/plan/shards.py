@@ -67,11 +67,11 @@ class CpuLayout:
         return cpu_mask(self.host_cpus) if self.host_cpus else None
 
 
-def cpu_layout(available: Sequence[int], shards: int) -> CpuLayout:
-    """One CPU per ovs-vswitchd and the rest for the hosts, when the machine has more CPUs
-    than shards; otherwise no pinning at all."""
+def cpu_layout(available: Sequence[int], shards: int, min_host_cpus: int = 1) -> CpuLayout:
+    """One CPU per ovs-vswitchd and the rest for the hosts, when that leaves the hosts at
+    least ``min_host_cpus``; otherwise no pinning at all."""
     cpus = sorted(set(available))
-    if len(cpus) <= shards:
+    if len(cpus) - shards < max(1, min_host_cpus):
         return CpuLayout()
     return CpuLayout(tuple(cpus[:shards]), tuple(cpus[shards:]))
 

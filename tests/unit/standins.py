@@ -67,12 +67,13 @@ class StandInNetwork:
 
     def __init__(self, fabric, workdir, ledger, datapath="user", routing="ecmp", log=print,
                  queue=None, ecn_path=None, host_sysctls=None, impairments=None, losses=(),
-                 userspace_tso=False, switchd_shards=None, pin_cpus=True):
+                 userspace_tso=False, switchd_shards=None, pin_cpus=True, min_host_cpus=1):
         from testbed.plan.shards import CpuLayout
 
         self.fabric, self.workdir, self.ledger = fabric, workdir, ledger
-        self.cpu_layout = CpuLayout((0,), (1,)) if pin_cpus else CpuLayout()
-        self.pin_cpus = pin_cpus
+        self.cpu_layout = (CpuLayout((0,), (1,)) if pin_cpus and min_host_cpus <= 1
+                           else CpuLayout())
+        self.pin_cpus, self.min_host_cpus = pin_cpus, min_host_cpus
         self.datapath, self.routing = datapath, routing
         self.switchd = StandInSwitchd(fabric, routing)
         self.timings = Timings(build_s=1.0, programmed_s=0.5)

@@ -48,7 +48,8 @@ def test_a_run_brings_the_setup_up_measures_and_writes_its_summary(tmp_path, sta
         "probes": PROBES, "answered": PROBES, "ordered_pairs": HOSTS * (HOSTS - 1),
         "select_groups": {"select_groups": groups},
         "timings_s": {"build_s": 1.0, "programmed_s": 0.5, "stop_s": 0.25},
-        "switchd": {**net.switchd.describe(), "host_cpus": [1], "cpu_pinning": True}}
+        "switchd": {**net.switchd.describe(), "host_cpus": [1], "cpu_pinning": True,
+                    "min_host_cpus": 1}}
     assert set(result["openflow"]) == {"events", "port_counters", "wiring"}
     assert "failures" not in result  # no schedule in the scenario
     assert outcome.status == "complete" and outcome.verdict.checks[0].passed

@@ -68,6 +68,9 @@ def test_the_forwarding_cpus_and_the_hosts_receive_cpus_never_overlap():
     assert cpu_layout([2, 3, 5, 7], 2) == CpuLayout((2, 3), (5, 7))
     assert cpu_layout([0, 1], 2) == CpuLayout() == cpu_layout([0], 1)  # no CPU left: no pinning
     assert cpu_layout(range(8), 2).host_cpus_mask == "fc"
+    # a latency-bound experiment's hosts keep two CPUs, or nothing is pinned
+    assert cpu_layout([0, 1], 1, min_host_cpus=2) == CpuLayout()
+    assert cpu_layout([0, 1, 2], 1, min_host_cpus=2) == CpuLayout((0,), (1, 2))
     assert CpuLayout().host_cpus_mask is None
 
 

@@ -64,6 +64,9 @@ class TensorParallel(Experiment):
                   "layer forward and two backward, on the critical path, which is why "
                   "tensor parallelism stays inside an NVLink domain")
     sections = frozenset({TOPOLOGY, ROUTING, HOSTS})
+    # Each layer's AllReduces are latency-bound exchanges between the ranks: on one CPU a
+    # rank waits for its peer's turn at every step (docs/tensor-parallel.md).
+    min_host_cpus = 2
 
     def default_topology(self):
         return FamilyTopology(name="nvswitch", base="spineleaf", leaves=2, spines=2,

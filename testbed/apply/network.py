@@ -286,7 +286,7 @@ class FabricNetwork:
         if losses:
             self.loss = LinkLoss(losses, ledger, self.pid, log=log)
         self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
-                                      log=log, cpus=self.cpu_layout.switchd_cpus)
+                                      log=log)
                     if queue is not None and queue.pfc is not None else None)
 
     def __enter__(self) -> FabricNetwork:

@@ -34,12 +34,8 @@ class PauseAgentProcess:
     """The pause agent of one fabric, as a process recorded in the run's ledger."""
 
     def __init__(self, fabric: Fabric, queue: QueueConfig, workdir: Path, ledger: Ledger,
-                 poll_s: float = DEFAULT_POLL_S, routing: str = "ecmp", log=print,
-                 cpus: tuple[int, ...] = ()):
+                 poll_s: float = DEFAULT_POLL_S, routing: str = "ecmp", log=print):
         self.plan = agent_plan(fabric, queue, poll_s, routing)
-        # The agent is the switches' PFC logic: with the switches' CPUs when the fabric has a
-        # CPU layout (testbed.plan.shards), so its real-time wake-ups never preempt the hosts.
-        self.cpus = cpus
         self.queue = queue
         self.workdir = workdir
         self.ledger = ledger
@@ -55,10 +51,8 @@ class PauseAgentProcess:
         (self.workdir / NETNS_FILE).write_text(json.dumps(
             {host: f"/proc/{pid}/ns/net" for host, pid in host_pids.items()}))
         with open(self.workdir / LOG_FILE, "ab") as log:
-            pin = ["taskset", "-c", ",".join(map(str, self.cpus))] if self.cpus else []
             self.proc = subprocess.Popen(
-                [*pin, sys.executable, "-m", "testbed.apply.pfc_agent", str(plan_path),
-                 str(self.workdir)],
+                [sys.executable, "-m", "testbed.apply.pfc_agent", str(plan_path), str(self.workdir)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         self.ledger.add_process(self.proc.pid)
@@ -73,9 +67,7 @@ class PauseAgentProcess:
             time.sleep(0.05)
         self.log(f"PFC: pause agent watching {sum(map(len, self.plan.switch_ports.values()))} "
                  f"switch ports every {self.plan.poll_s * 1000:g} ms (XOFF "
-                 f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)"
-                 + (f", on CPU {','.join(map(str, self.cpus))} with the switches"
-                    if self.cpus else ""))
+                 f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)")
 
     def _log_tail(self) -> str:
         try:

@@ -35,7 +35,9 @@ def test_the_harness_takes_loss_impairments_without_netem(tmp_path):
      {("n2-dcqcn", "DCQCN flows share fairly"), ("n2-dcqcn", "mean queue between Kmin and Kmax"),
       ("n2-dcqcn", "utilisation with DCQCN"),
       ("n2-none", "without congestion control the queue fills")}),
-    ("roce-incast-pfc", {"params.senders": 4, "params.seconds": 10, "params.settle_s": 3},
+    # 2:1 still pauses the senders; at 4:1 the receiver's engine, on the hosts' one CPU of a
+    # 2-core machine, waited 0.28-0.29 threads for a core (limit 0.25; docs/roce-incast-pfc.md)
+    ("roce-incast-pfc", {"params.senders": 2, "params.seconds": 10, "params.settle_s": 3},
      {("pfc", "no drops in the lossless class"), ("pfc+dcqcn", "no drops in the lossless class"),
       ("pfc+dcqcn", "DCQCN cuts PFC's pauses")}),
     ("roce-dctcp", {"params.senders": [2], "params.seconds": 10, "params.settle_s": 3},

@@ -5,27 +5,12 @@ import logging
 import threading
 
 from os_ken.controller import ofp_event
-from os_ken.ofproto import ofproto_protocol, ofproto_v1_3
 from os_ken.ofproto import ofproto_v1_3_parser as parser
+from test_ugal import FakeDatapath
 
 from testbed.controllers.apps.fabric_app import FabricApp
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.model.topology import build
-
-
-class Connection:
-    """An os-ken Datapath as the apps' threads may first see it: its id not yet set (os-ken
-    sets it in its own features handler, after queueing the event for the apps)."""
-
-    def __init__(self):
-        desc = ofproto_protocol.ProtocolDesc(ofproto_v1_3.OFP_VERSION)
-        self.ofproto, self.ofproto_parser, self.id = desc.ofproto, desc.ofproto_parser, None
-        self.sent = []
-
-    def send_msg(self, msg):
-        msg.set_xid(len(self.sent) + 1)
-        msg.serialize()
-        self.sent.append(msg)
 
 
 def test_a_switch_is_programmed_by_the_dpid_of_its_features_reply_before_os_ken_sets_it():
@@ -35,7 +20,9 @@ def test_a_switch_is_programmed_by_the_dpid_of_its_features_reply_before_os_ken_
     app.logger = logging.getLogger("test_fabric_app")
     app.datapaths, app.awaiting, app.programmed = {}, {}, set()
     app.event_log, app.status_lock = None, threading.Lock()
-    switch, dp = fabric.nodes["p2e1"], Connection()
+    # dp.id unset, as the apps' threads may first see it: os-ken sets it in its own features
+    # handler, after queueing the event for the apps
+    switch, dp = fabric.nodes["p2e1"], FakeDatapath(None)
     app.switch_features_handler(ofp_event.EventOFPSwitchFeatures(
         parser.OFPSwitchFeatures(dp, datapath_id=switch.dpid)))
     assert app.datapaths == {switch.dpid: dp}

@@ -75,6 +75,18 @@ from testbed.plan.profiles import DEFAULT_PRIORITY, PFC_CLASSES, QueueConfig, Tr
 DEFAULT_BUFFER_S = 0.050
 MIN_BUFFER_FRAMES = 8
 HTB_OVERHEAD_BYTES = 64  # a quantum and a tbf bucket of one frame plus this
+# An HTB class's token bucket holds this much of the link's time. HTB sends when its timer
+# or the next packet wakes it; a wake-up that comes late (softirq work deferred to ksoftirqd,
+# a vCPU the hypervisor took away) loses the link time beyond the bucket for good, so the
+# port sends below its rate and its real queue climbs above the marker's virtual FIFO, which
+# drains at the rate. With a bucket of two frames (1.2 ms at 20 Mbit/s) on the 2-core VM,
+# two ECN flows saw a real queue of 60-71 KB where the marker's FIFO held 14 KB (K 30 KB),
+# and the port carried 18.96 of 19.13 Mbit/s of goodput. A bucket lets the port catch up
+# after a late wake-up of up to its length, and costs the other way round: while the port
+# keeps time, the real queue runs up to a bucket below the virtual one (a packet arriving at
+# an idle port finds tokens, not a queue). 3 ms: real queue 14-15 KB beside a virtual
+# 21 KB, the full 19.13 Mbit/s (tests/integration/test_ecn_marking.py reads both).
+HTB_CATCH_UP_S = 0.003
 FILTER_PRIO = 10  # the class filters' tc priority
 DSCP_MASK = 0xFC  # the DSCP bits of the IPv4 TOS byte
 PAUSED_RATE = "1kbit"  # the slowest tbf rate tc takes with a frame-sized burst
@@ -205,6 +217,12 @@ class Handles:
         return frozenset({cls.BUFFER, *(cls.leaf(p) for p in range(PFC_CLASSES))})
 
 
+def htb_burst_bytes(rate_mbit: float, mtu_bytes: int) -> int:
+    """An HTB class's bucket (burst and cburst): ``HTB_CATCH_UP_S`` of the link's bytes,
+    never fewer than two frames."""
+    return max(2 * mtu_bytes, int(rate_mbit * 1e6 / 8 * HTB_CATCH_UP_S))
+
+
 # --- the lossless class's tbf -----------------------------------------------------------------
 
 
@@ -330,7 +348,7 @@ def _class_lines(intf: str, rate_mbit: float, mtu_bytes: int, queue: QueueConfig
     A lossless class's RED goes inside its tbf (``qdisc add`` into the tbf's class takes
     the place of the tbf's default inner bfifo)."""
     share_mbit = rate_mbit / len(queue.classes)
-    burst = 2 * mtu_bytes
+    burst = htb_burst_bytes(rate_mbit, mtu_bytes)
     quantum = mtu_bytes + HTB_OVERHEAD_BYTES
     lines = []
     for tc in sorted(queue.classes, key=lambda c: c.priority):
@@ -388,7 +406,7 @@ def port_plan(intf: str, rate_mbit: float | None, mtu_bytes: int,
     classes = queue is not None and queue.uses_classes
     default_minor = Handles.class_minor(DEFAULT_PRIORITY) if classes else Handles.LINK_MINOR
     where = f"parent {Handles.IMPAIRMENT_CLASS}" if impairment is not None else "root"
-    burst = 2 * mtu_bytes
+    burst = htb_burst_bytes(rate_mbit, mtu_bytes)
     lines += [
         f"qdisc replace dev {intf} {where} handle {Handles.HTB} htb default {default_minor:x}",
         f"class replace dev {intf} parent {Handles.HTB} classid {Handles.LINK_CLASS} htb rate "

@@ -8,7 +8,8 @@ shaped to 20 Mbit/s with a step at K = 30 KB (the Mininet-HiFi DCTCP set-up, sca
 
 With ECN the port marks CE, the receiver counts CE-marked packets, and the queue stays near
 K; the same flows without ECN (cubic, loss-based) fill the drop-tail buffer until it drops.
-Every tolerance is named below. Needs root; runs alone (one emulation per machine)."""
+On the eBPF path the queue is judged on the marker's virtual FIFO, sampled every 10 ms, and
+the real buffer's backlog (tc, every 50 ms) must agree with it. Every tolerance is named below. Needs root; runs alone (one emulation per machine)."""
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ from testbed.measure.sockets import wait_listening
 from testbed.measure.stats import percentile
 from testbed.model.topology import build
 from testbed.plan.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
-from testbed.plan.port_queue import default_buffer_bytes
+from testbed.plan.port_queue import default_buffer_bytes, htb_burst_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.settings import tcp_settings
 
@@ -48,6 +49,14 @@ SAMPLE_INTERVAL_S = 0.010  # queue depth every 10 ms, as mininet-tests/dctcp sam
 WARMUP_S = 3.0
 END_MARGIN_S = 1.0
 MIN_JUDGED_SAMPLES = 200  # of the ~800 the window holds at 10 ms: the sampler kept up
+# The real queue (the buffer qdisc's backlog, read by tc) beside the marker's model of it:
+# tc reads every qdisc of the namespace, so it samples more slowly.
+REAL_SAMPLE_INTERVAL_S = 0.050
+MIN_REAL_SAMPLES = 40  # of the ~160 the window holds at 50 ms
+# The median real queue sits between the model's median less the HTB bucket (a port with
+# tokens sends at once, where the model queues) and the model's median plus this: a few
+# frames, as the two sets of samples are taken at different instants.
+MODEL_GAP_TOLERANCE_BYTES = 3 * MTU
 
 # With ECN:
 NEAR_K_TOLERANCE_BYTES = 3 * MTU  # senders react one RTT after a mark: a few frames above K
@@ -95,7 +104,8 @@ def run_flows(net, marking: EcnMarking) -> dict:
     wait_listening(net.pid(RECEIVER), [BASE_PORT + i for i in range(len(SENDERS))],
                    LISTEN_TIMEOUT_S, f"iperf3 server in {RECEIVER}")
     before, ce_before = marking.counters(), received_ce(net)
-    with queue_sampling(marking.queue_depths, [BOTTLENECK], SAMPLE_INTERVAL_S) as series:
+    with queue_sampling(marking.queue_depths, [BOTTLENECK], SAMPLE_INTERVAL_S) as series, \
+            queue_sampling(marking.real_backlogs, [BOTTLENECK], REAL_SAMPLE_INTERVAL_S) as real:
         clients = [net.popen(sender, ["iperf3", "-c", receiver_ip, "-p", str(BASE_PORT + i),
                                       "-t", str(FLOW_S), "-J"])
                    for i, sender in enumerate(SENDERS)]
@@ -104,12 +114,13 @@ def run_flows(net, marking: EcnMarking) -> dict:
         receiver_ss = server.cmd("ss", "-tin", "src", receiver_ip)
         outputs = [proc.communicate(timeout=FLOW_TIMEOUT_S)[0] for proc in clients]
     counters = counter_delta(before, marking.counters())[BOTTLENECK]
-    judged = [d for t, d in zip(series.t_s, series.depth_bytes[BOTTLENECK])
-              if WARMUP_S <= t <= FLOW_S - END_MARGIN_S]
+    judged, real_judged = ([d for t, d in zip(s.t_s, s.depth_bytes[BOTTLENECK])
+                            if WARMUP_S <= t <= FLOW_S - END_MARGIN_S] for s in (series, real))
     mbit = sum(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
                for out in outputs)
     return {"counters": counters, "ce_received": received_ce(net) - ce_before,
-            "judged": judged, "sampler_error": series.error, "mbit": mbit,
+            "judged": judged, "sampler_error": series.error or real.error, "mbit": mbit,
+            "real_judged": real_judged,
             "sender_ss": sender_ss, "receiver_ss": receiver_ss}
 
 
@@ -120,16 +131,24 @@ def pins_left() -> list[Path]:
 def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]:
     """Bring the fabric up with ``queue`` on its switch ports and ``tcp`` on its hosts, run
     the flows, tear it down; returns the bottleneck's counters and a context for messages.
-    Checks what every run must: the pins are gone, and the sampler kept up."""
+    Checks what every run must: the pins are gone, the samplers kept up and, on the eBPF
+    path, the real queue was the one the marker modelled (judged on the model otherwise)."""
     with FabricNetwork(fabric(), workdir, ledger, log=lambda m: None, queue=queue,
                        host_sysctls=tcp.sysctls()) as net:
         result = run_flows(net, net.marking)
         result["path"] = net.marking.path
-    context = {"tcp": tcp.congestion_control, **{k: v for k, v in result.items()
-                                                 if k != "judged"}}
+    model_p50, real_p50 = percentile(result["judged"], 50), percentile(result["real_judged"], 50)
+    context = {"tcp": tcp.congestion_control, "model_p50_bytes": model_p50,
+               "real_p50_bytes": real_p50, **{k: v for k, v in result.items()
+                                              if k not in ("judged", "real_judged")}}
     assert pins_left() == [], context
     assert result["sampler_error"] is None, context
     assert len(result["judged"]) >= MIN_JUDGED_SAMPLES, context
+    assert len(result["real_judged"]) >= MIN_REAL_SAMPLES, context
+    # the queue the senders met is the one the marker modelled
+    if result["path"] == ECN_PATH_EBPF:
+        assert (model_p50 - htb_burst_bytes(RATE_MBIT, MTU) - MODEL_GAP_TOLERANCE_BYTES
+                <= real_p50 <= model_p50 + MODEL_GAP_TOLERANCE_BYTES), context
     return result, context
 
 

@@ -47,7 +47,12 @@ from testbed.measure.queues import (
 )
 from testbed.model.topology import build
 from testbed.plan.ecn_plan import BPF_SOURCE, CONFIG_LAYOUT, MODE_OFF, MODE_STEP, unpack_value
-from testbed.plan.port_queue import Port, default_buffer_bytes, switch_queue_plan
+from testbed.plan.port_queue import (
+    Port,
+    default_buffer_bytes,
+    htb_burst_bytes,
+    switch_queue_plan,
+)
 from testbed.plan.profiles import QueueConfig, RedEcn, StepEcn
 from testbed.plan.settings import (
     EcnSettings,
@@ -277,7 +282,8 @@ def test_ebpf_plan_queues_each_port_once_with_the_marker_beside_its_buffer():
         assert lines[5 * i:5 * i + 5] == [
             f"qdisc replace dev {port.intf} root handle 5: htb default 1",
             f"class replace dev {port.intf} parent 5: classid 5:1 htb rate {RATE_MBIT}mbit "
-            f"burst {2 * MTU} cburst {2 * MTU} quantum {MTU + 64}",
+            f"burst {htb_burst_bytes(RATE_MBIT, MTU)} cburst {htb_burst_bytes(RATE_MBIT, MTU)} "
+            f"quantum {MTU + 64}",
             f"qdisc replace dev {port.intf} parent 5:1 handle 10: bfifo limit {BUFFER_BYTES}",
             f"qdisc replace dev {port.intf} clsact",
             f"filter replace dev {port.intf} egress prio 2 handle 1 bpf da obj {OBJ} "

@@ -19,6 +19,7 @@ from testbed.plan.port_queue import (
     Port,
     default_buffer_bytes,
     host_queue,
+    htb_burst_bytes,
     link_impairments,
     netem_limit_packets,
     paused_tbf,
@@ -38,12 +39,13 @@ OBJ = Path("/opt/tb/ecn_marker.o")
 # Lossless thresholds inside the buffer, marking (K) below XOFF as the queue requires.
 PFC = PfcConfig(xoff_bytes=40_000, xon_bytes=20_000, headroom_bytes=40_000)
 
-# What every shaped port starts with: 2 frames of burst, a quantum of one frame + 64 B.
-HTB_LINK = ("class replace dev l0-eth3 parent 5: classid 5:1 htb rate 20.0mbit burst 3000 "
-            "cburst 3000 quantum 1564")
+# What every shaped port starts with: a bucket of 3 ms of the link (7500 B at 20 Mbit/s),
+# a quantum of one frame + 64 B.
+HTB_LINK = ("class replace dev l0-eth3 parent 5: classid 5:1 htb rate 20.0mbit burst 7500 "
+            "cburst 7500 quantum 1564")
 # The three default classes share 20 Mbit/s: 6.66667 Mbit/s each, borrowing up to all of it.
 CLASS = ("class replace dev l0-eth3 parent 5:1 classid 5:{minor} htb rate 6.66667mbit "
-         "ceil 20.0mbit burst 3000 cburst 3000 quantum 1564")
+         "ceil 20.0mbit burst 7500 cburst 7500 quantum 1564")
 # DSCP 26 (0x68 after the 2 ECN bits) to the lossless class 5:13, DSCP 48 (0xc0) to 5:16.
 FILTERS = ["filter add dev l0-eth3 parent 5: protocol ip prio 10 u32 match ip dsfield 0x68 "
            "0xfc flowid 5:13",
@@ -75,6 +77,12 @@ def config_of(bpftool: list[list[str]]) -> dict[str, int]:
 
 
 # --- one port, by hand --------------------------------------------------------------------------
+
+
+def test_the_htb_bucket_is_3_ms_of_the_link_and_never_under_two_frames():
+    assert htb_burst_bytes(20.0, 1500) == 7500
+    assert htb_burst_bytes(100.0, 9000) == 37500
+    assert htb_burst_bytes(6.0, 1500) == 3000  # 3 ms would be 2250 B: two frames instead
 
 
 def test_a_plain_port_is_a_rate_and_a_default_buffer():

@@ -333,6 +333,7 @@ class Fabric:
         from testbed.harness.attach import links_not_up, read_operstate
         from testbed.measure.telemetry import (
             CLOCK_TICKS_PER_S,
+            CpuTimes,
             cpu_times,
             link_directions,
             process_cpu_ticks,
@@ -343,20 +344,22 @@ class Fabric:
         directions = link_directions(self.description)
         pids = net.switchd.pids
 
-        def reading() -> tuple[float, dict[str, int], tuple[int, int], int]:
+        def reading() -> tuple[float, dict[str, int], CpuTimes, int]:
             return (time.monotonic(), {d.label: read_int(d.counter_path) for d in directions},
                     cpu_times(), process_cpu_ticks(pids))
 
-        t0, bytes0, (busy0, total0), vsw0 = reading()
+        t0, bytes0, cpu0, vsw0 = reading()
         time.sleep(interval_s)
-        t1, bytes1, (busy1, total1), vsw1 = reading()
+        t1, bytes1, cpu1, vsw1 = reading()
+        ticks = max(cpu1.total - cpu0.total, 1)
         rates = link_rates_mbit(bytes0, bytes1, t1 - t0)
         return {
             "interval_s": round(t1 - t0, 3),
             "link_rate_mbit": rates,
             "link_utilisation": {d.label: rates[d.label] / d.rate_mbit for d in directions
                                  if d.rate_mbit},
-            "cpu_busy_fraction": (busy1 - busy0) / max(total1 - total0, 1),
+            "cpu_busy_fraction": (cpu1.busy - cpu0.busy) / ticks,
+            "cpu_stolen_fraction": (cpu1.steal - cpu0.steal) / ticks,
             "vswitchd_cores": (vsw1 - vsw0) / CLOCK_TICKS_PER_S / (t1 - t0),
             "queue_drops": net.queue_drops(),
             "switch_packets": net.switch_counters(),

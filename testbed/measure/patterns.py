@@ -116,7 +116,9 @@ def worst_verdict(verdicts: Sequence[Verdict], setup: str | None = None) -> Verd
                  max(v.vswitchd_cores for v in verdicts),
                  min(v.link_delivery_fraction for v in verdicts),
                  max(v.emulator_loss_fraction for v in verdicts),
-                 bandwidth_bound=True, setup=setup)
+                 bandwidth_bound=True, setup=setup,
+                 cpu_stolen_fraction=max((v.cpu_stolen_fraction for v in verdicts
+                                          if v.cpu_stolen_fraction is not None), default=None))
 
 
 def windows_fidelity(watch, windows_monotonic_s: Sequence[Sequence[float]],

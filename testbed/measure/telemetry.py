@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from testbed.model.topology.base import Fabric, Link
 
@@ -61,13 +62,27 @@ def read_int(path: str) -> int:
         return 0
 
 
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+class CpuTimes(NamedTuple):
+    """Jiffies of the whole machine since boot, from /proc/stat: ``busy`` counts everything
+    but idle and iowait, steal included (time the hypervisor ran something else while a vCPU
+    of this machine had work: no more use to the emulator than a busy CPU); ``steal`` is that
+    part alone."""
+
+    busy: int
+    total: int
+    steal: int
+
+
+STEAL_FIELD = 7  # /proc/stat's cpu line: user nice system idle iowait irq softirq steal ...
+
+
+def cpu_times() -> CpuTimes:
+    """The machine's CPU time so far (``CpuTimes``)."""
     with open("/proc/stat") as fh:
         fields = [int(x) for x in fh.readline().split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     total = sum(fields[:8])  # guest time is already counted in user
-    return total - idle, total
+    return CpuTimes(total - idle, total, fields[STEAL_FIELD])
 
 
 def process_cpu_ticks(pids: list[int]) -> int:
@@ -131,6 +146,7 @@ class Series:
     t_s: list[float] = field(default_factory=list)
     link_bytes: dict[str, list[int]] = field(default_factory=dict)
     cpu_busy_fraction: list[float] = field(default_factory=list)  # of all cores, per interval
+    cpu_stolen_fraction: list[float] = field(default_factory=list)  # of all cores, per interval
     vswitchd_cores: list[float] = field(default_factory=list)  # cores used, per interval
     # per watched process (ovs-vswitchd, the pause agent): its busiest thread's cores and
     # name, per interval: a saturated forwarding thread shows here when the machine does not
@@ -171,7 +187,7 @@ class Sampler:
 
     def _run(self) -> None:
         s = self.series
-        last_busy, last_total = cpu_times()
+        last_cpu = cpu_times()
         last_vsw = process_cpu_ticks(self.vswitchd_pids)
         last_threads = {name: thread_ticks(pids) for name, pids in self.threads.items()}
         last_t = time.monotonic()
@@ -181,11 +197,14 @@ class Sampler:
             s.t_s.append(now - self._t0)
             for d in self.directions:
                 s.link_bytes[d.label].append(read_int(d.counter_path))
-            busy, total = cpu_times()
+            cpu = cpu_times()
             vsw = process_cpu_ticks(self.vswitchd_pids)
             dt = max(now - last_t, 1e-6)
+            cpu_ticks = max(cpu.total - last_cpu.total, 1)
             s.cpu_busy_fraction.append(0.0 if opening else
-                                       (busy - last_busy) / max(total - last_total, 1))
+                                       (cpu.busy - last_cpu.busy) / cpu_ticks)
+            s.cpu_stolen_fraction.append(0.0 if opening else
+                                         (cpu.steal - last_cpu.steal) / cpu_ticks)
             s.vswitchd_cores.append(0.0 if opening else
                                     (vsw - last_vsw) / CLOCK_TICKS_PER_S / dt)
             for name, pids in self.threads.items():
@@ -198,11 +217,12 @@ class Sampler:
             if len(s.t_s) == 2:  # the opening sample takes the first real interval's values:
                 # microseconds after the baseline, one clock tick read as hundreds of cores
                 s.cpu_busy_fraction[0] = s.cpu_busy_fraction[1]
+                s.cpu_stolen_fraction[0] = s.cpu_stolen_fraction[1]
                 s.vswitchd_cores[0] = s.vswitchd_cores[1]
                 for name in self.threads:
                     s.thread_cores[name][0] = s.thread_cores[name][1]
                     s.thread_names[name][0] = s.thread_names[name][1]
-            last_busy, last_total, last_vsw, last_t = busy, total, vsw, now
+            last_cpu, last_vsw, last_t = cpu, vsw, now
             if self._stop.wait(self.interval_s):
                 break
 

@@ -69,11 +69,22 @@ def test_verdict_serialises_every_input():
     d = judge(**GOOD).to_dict()
     assert set(d) == {"trustworthy", "reasons", "cpu_busy_fraction", "vswitchd_cores",
                       "link_delivery_fraction", "emulator_loss_fraction", "notes", "checks",
-                      "threads", "rtt"}
+                      "threads", "rtt", "cpu_stolen_fraction"}
     assert [c["name"] for c in d["checks"]] == ["machine CPU busy",
                                                "packets lost inside the switches",
                                                "busiest link delivery"]
     assert all(c["passed"] for c in d["checks"])
+
+
+def test_stolen_cpu_is_named_beside_the_busy_check_and_noted_from_its_threshold():
+    quiet = judge(**GOOD, cpu_stolen_fraction=0.01)
+    assert quiet.trustworthy and quiet.notes == [] and quiet.cpu_stolen_fraction == 0.01
+    assert "1% of its time stolen by the hypervisor" in quiet.checks[0].statement
+    stolen = judge(**GOOD, cpu_stolen_fraction=0.12)
+    assert stolen.trustworthy  # steal is counted as busy; it decides nothing by itself
+    assert stolen.notes == ["the hypervisor took 12% of the CPUs' time (steal, counted as "
+                            "busy): wake-ups came late"]
+    assert "stolen" not in judge(**GOOD).checks[0].statement  # not measured: not claimed
 
 
 def test_checks_fail_where_the_verdict_does():

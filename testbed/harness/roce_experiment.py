@@ -118,6 +118,10 @@ class BottleneckExperiment(Experiment):
     default_mtu_bytes = 1500  # thresholds in frames of a standard Ethernet MTU
     sections = frozenset()  # every setup has its own bench, queue and congestion control
     max_rate_mbit = 100.0
+    # The receiver's engine is woken per packet; left one CPU beside a pinned ovs-vswitchd on
+    # the 2-core VM it waited 0.25-0.27 threads for a core in the shortened DCQCN bench
+    # (limit 0.25), 0.15-0.20 with the hosts on both CPUs (docs/capacity.md).
+    min_host_cpus = 2
 
     def cc_of(self, setup: Setup) -> str:
         raise NotImplementedError

@@ -85,7 +85,8 @@ HTB_OVERHEAD_BYTES = 64  # a quantum and a tbf bucket of one frame plus this
 # after a late wake-up of up to its length, and costs the other way round: while the port
 # keeps time, the real queue runs up to a bucket below the virtual one (a packet arriving at
 # an idle port finds tokens, not a queue). 3 ms: real queue 14-15 KB beside a virtual
-# 21 KB, the full 19.13 Mbit/s (tests/integration/test_ecn_marking.py reads both).
+# 21 KB, the full 19.13 Mbit/s (tests/integration/test_ecn_marking.py reads both). Ports
+# with one buffer only (``htb_burst_bytes``).
 HTB_CATCH_UP_S = 0.003
 FILTER_PRIO = 10  # the class filters' tc priority
 DSCP_MASK = 0xFC  # the DSCP bits of the IPv4 TOS byte
@@ -218,8 +219,11 @@ class Handles:
 
 
 def htb_burst_bytes(rate_mbit: float, mtu_bytes: int) -> int:
-    """An HTB class's bucket (burst and cburst): ``HTB_CATCH_UP_S`` of the link's bytes,
-    never fewer than two frames."""
+    """The bucket (burst and cburst) of a port with one buffer: ``HTB_CATCH_UP_S`` of the
+    link's bytes, never fewer than two frames. Ports with traffic classes keep two frames in
+    every bucket: a resumed lossless queue sends its HTB classes' tokens at once, and PFC's
+    headroom (testbed.plan.scaling.pfc_headroom_bytes) counts two frames per upstream port;
+    a 3 ms bucket there cost the fan-in 15 incast 5 lossless drops."""
     return max(2 * mtu_bytes, int(rate_mbit * 1e6 / 8 * HTB_CATCH_UP_S))
 
 
@@ -348,7 +352,7 @@ def _class_lines(intf: str, rate_mbit: float, mtu_bytes: int, queue: QueueConfig
     A lossless class's RED goes inside its tbf (``qdisc add`` into the tbf's class takes
     the place of the tbf's default inner bfifo)."""
     share_mbit = rate_mbit / len(queue.classes)
-    burst = htb_burst_bytes(rate_mbit, mtu_bytes)
+    burst = 2 * mtu_bytes  # a bucket's worth leaves at once after a pause (htb_burst_bytes)
     quantum = mtu_bytes + HTB_OVERHEAD_BYTES
     lines = []
     for tc in sorted(queue.classes, key=lambda c: c.priority):
@@ -406,7 +410,7 @@ def port_plan(intf: str, rate_mbit: float | None, mtu_bytes: int,
     classes = queue is not None and queue.uses_classes
     default_minor = Handles.class_minor(DEFAULT_PRIORITY) if classes else Handles.LINK_MINOR
     where = f"parent {Handles.IMPAIRMENT_CLASS}" if impairment is not None else "root"
-    burst = htb_burst_bytes(rate_mbit, mtu_bytes)
+    burst = 2 * mtu_bytes if classes else htb_burst_bytes(rate_mbit, mtu_bytes)
     lines += [
         f"qdisc replace dev {intf} {where} handle {Handles.HTB} htb default {default_minor:x}",
         f"class replace dev {intf} parent {Handles.HTB} classid {Handles.LINK_CLASS} htb rate "

@@ -53,9 +53,11 @@ MIN_JUDGED_SAMPLES = 200  # of the ~800 the window holds at 10 ms: the sampler k
 # tc reads every qdisc of the namespace, so it samples more slowly.
 REAL_SAMPLE_INTERVAL_S = 0.050
 MIN_REAL_SAMPLES = 40  # of the ~160 the window holds at 50 ms
-# The median real queue sits between the model's median less the HTB bucket (a port with
-# tokens sends at once, where the model queues) and the model's median plus this: a few
-# frames, as the two sets of samples are taken at different instants.
+# The median real queue sits within an HTB bucket of the model's median (below it: a port
+# with tokens sends at once, where the model queues; above it: a late wake-up leaves the port
+# behind until its tokens catch it up), plus this: a few frames, as the two sets of samples
+# are taken at different instants. Without the bucket's catch-up the real queue ran 45-57 KB
+# above the model (docs/ecn.md).
 MODEL_GAP_TOLERANCE_BYTES = 3 * MTU
 
 # With ECN:
@@ -147,8 +149,8 @@ def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]
     assert len(result["real_judged"]) >= MIN_REAL_SAMPLES, context
     # the queue the senders met is the one the marker modelled
     if result["path"] == ECN_PATH_EBPF:
-        assert (model_p50 - htb_burst_bytes(RATE_MBIT, MTU) - MODEL_GAP_TOLERANCE_BYTES
-                <= real_p50 <= model_p50 + MODEL_GAP_TOLERANCE_BYTES), context
+        gap_bytes = htb_burst_bytes(RATE_MBIT, MTU) + MODEL_GAP_TOLERANCE_BYTES
+        assert abs(real_p50 - model_p50) <= gap_bytes, context
     return result, context
 
 

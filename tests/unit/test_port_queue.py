@@ -39,13 +39,15 @@ OBJ = Path("/opt/tb/ecn_marker.o")
 # Lossless thresholds inside the buffer, marking (K) below XOFF as the queue requires.
 PFC = PfcConfig(xoff_bytes=40_000, xon_bytes=20_000, headroom_bytes=40_000)
 
-# What every shaped port starts with: a bucket of 3 ms of the link (7500 B at 20 Mbit/s),
-# a quantum of one frame + 64 B.
+# What every shaped port with one buffer starts with: a bucket of 3 ms of the link (7500 B at
+# 20 Mbit/s), a quantum of one frame + 64 B.
 HTB_LINK = ("class replace dev l0-eth3 parent 5: classid 5:1 htb rate 20.0mbit burst 7500 "
             "cburst 7500 quantum 1564")
+# With traffic classes every bucket is two frames (a resumed lossless queue sends them at once).
+HTB_LINK_CLASSES = HTB_LINK.replace("7500", "3000")
 # The three default classes share 20 Mbit/s: 6.66667 Mbit/s each, borrowing up to all of it.
 CLASS = ("class replace dev l0-eth3 parent 5:1 classid 5:{minor} htb rate 6.66667mbit "
-         "ceil 20.0mbit burst 7500 cburst 7500 quantum 1564")
+         "ceil 20.0mbit burst 3000 cburst 3000 quantum 1564")
 # DSCP 26 (0x68 after the 2 ECN bits) to the lossless class 5:13, DSCP 48 (0xc0) to 5:16.
 FILTERS = ["filter add dev l0-eth3 parent 5: protocol ip prio 10 u32 match ip dsfield 0x68 "
            "0xfc flowid 5:13",
@@ -141,7 +143,7 @@ def test_red_path_puts_red_where_the_buffer_goes_once():
 def test_class_queues_without_marking_as_a_hosts_nic_has_them():
     assert port_plan(INTF, RATE_MBIT, MTU, pfc_queue()).tc == [
         "qdisc replace dev l0-eth3 root handle 5: htb default 10",  # htb reads hex: 5:10
-        HTB_LINK,
+        HTB_LINK_CLASSES,
         CLASS.format(minor="10"),
         "qdisc replace dev l0-eth3 parent 5:10 handle 20: bfifo limit 125000",
         CLASS.format(minor="13"),
@@ -157,7 +159,7 @@ def test_class_queues_on_the_red_path_mark_in_every_class_and_inside_the_lossles
     plan = port_plan(INTF, RATE_MBIT, MTU, pfc_queue(StepEcn(K_BYTES)), "red-qdisc")
     assert plan.tc == [
         "qdisc replace dev l0-eth3 root handle 5: htb default 10",
-        HTB_LINK,
+        HTB_LINK_CLASSES,
         CLASS.format(minor="10"),
         f"qdisc replace dev l0-eth3 parent 5:10 handle 20: {RED}",
         CLASS.format(minor="13"),

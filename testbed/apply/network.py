@@ -327,7 +327,8 @@ class FabricNetwork:
                 if self.loss is not None:
                     self.loss.apply()  # after the queues: its filter goes before the marker's
                 if self.pfc is not None:
-                    self.pfc.start({name: host.pid for name, host in self.hosts.items()})
+                    self.pfc.start({name: host.pid for name, host in self.hosts.items()},
+                                   self.cpu_layout.host_cpus)
                 self.timings.build_s = time.monotonic() - t0
                 self.timings.programmed_s = self.controller.wait_programmed(set(self.bridges))
                 self._group_bridge_taps()

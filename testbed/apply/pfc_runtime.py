@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
@@ -42,8 +43,21 @@ class PauseAgentProcess:
         self.log = log
         self.proc: subprocess.Popen | None = None
 
-    def start(self, host_pids: dict[str, int]) -> None:
-        """Launch the agent; ``host_pids`` names a process in each host's namespace."""
+    def start(self, host_pids: dict[str, int], cpus: Sequence[int] = ()) -> None:
+        """Launch the agent; ``host_pids`` names a process in each host's namespace, ``cpus``
+        (the hosts' CPUs of the fabric's CPU layout; empty: any) where it runs.
+
+        Beside the hosts, not on ovs-vswitchd's CPU and not free: the agent runs at a
+        real-time priority, and wherever the kernel put it on the 2-core VM it took
+        ovs-vswitchd's CPU at times. The switches then fell behind their ports (up to 6.5 MB
+        of frames waiting in their receive sockets, 726 KB at the 99th percentile), frames
+        already past a paused port kept arriving for tens of ms beyond PFC's headroom, and
+        the fan-in 13 pfc-demo lost 21-148 lossless packets a run, often with every trust
+        check passing. On the hosts' CPU 141 KB waited at the 99th percentile; the runs lost
+        0, 0 and 167, and the machine read 98% busy in each, which the verdict names (the
+        agent's 0.6-0.7 of a core and the hosts' traffic on one CPU). Beside ovs-vswitchd its
+        polls waited for the forwarding thread's kernel work (this kernel is PREEMPT_NONE),
+        up to 41 ms apart, and the 6:1 RoCE incast lost 53 (docs/capacity.md)."""
         for name in (READY_FILE, COUNTERS_FILE, EVENTS_FILE):
             (self.workdir / name).unlink(missing_ok=True)
         plan_path = self.workdir / PLAN_FILE
@@ -51,8 +65,10 @@ class PauseAgentProcess:
         (self.workdir / NETNS_FILE).write_text(json.dumps(
             {host: f"/proc/{pid}/ns/net" for host, pid in host_pids.items()}))
         with open(self.workdir / LOG_FILE, "ab") as log:
+            pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "testbed.apply.pfc_agent", str(plan_path), str(self.workdir)],
+                [*pin, sys.executable, "-m", "testbed.apply.pfc_agent", str(plan_path),
+                 str(self.workdir)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         self.ledger.add_process(self.proc.pid)
@@ -67,7 +83,8 @@ class PauseAgentProcess:
             time.sleep(0.05)
         self.log(f"PFC: pause agent watching {sum(map(len, self.plan.switch_ports.values()))} "
                  f"switch ports every {self.plan.poll_s * 1000:g} ms (XOFF "
-                 f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)")
+                 f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)"
+                 + (f", on CPU {','.join(map(str, cpus))} with the hosts" if cpus else ""))
 
     def _log_tail(self) -> str:
         try:

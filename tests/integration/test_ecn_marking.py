@@ -9,7 +9,7 @@ shaped to 20 Mbit/s with a step at K = 30 KB (the Mininet-HiFi DCTCP set-up, sca
 With ECN the port marks CE, the receiver counts CE-marked packets, and the queue stays near
 K; the same flows without ECN (cubic, loss-based) fill the drop-tail buffer until it drops.
 On the eBPF path the queue is judged on the marker's virtual FIFO, sampled every 10 ms, and
-the real buffer's backlog (tc, every 50 ms) must agree with it. Every tolerance is named below. Needs root; runs alone (one emulation per machine)."""
+with ECN the real buffer's backlog (tc, every 50 ms) must agree with it. Every tolerance is named below. Needs root; runs alone (one emulation per machine)."""
 from __future__ import annotations
 
 import json
@@ -133,8 +133,7 @@ def pins_left() -> list[Path]:
 def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]:
     """Bring the fabric up with ``queue`` on its switch ports and ``tcp`` on its hosts, run
     the flows, tear it down; returns the bottleneck's counters and a context for messages.
-    Checks what every run must: the pins are gone, the samplers kept up and, on the eBPF
-    path, the real queue was the one the marker modelled (judged on the model otherwise)."""
+    Checks what every run must: the pins are gone and the samplers kept up."""
     with FabricNetwork(fabric(), workdir, ledger, log=lambda m: None, queue=queue,
                        host_sysctls=tcp.sysctls()) as net:
         result = run_flows(net, net.marking)
@@ -147,10 +146,6 @@ def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]
     assert result["sampler_error"] is None, context
     assert len(result["judged"]) >= MIN_JUDGED_SAMPLES, context
     assert len(result["real_judged"]) >= MIN_REAL_SAMPLES, context
-    # the queue the senders met is the one the marker modelled
-    if result["path"] == ECN_PATH_EBPF:
-        gap_bytes = htb_burst_bytes(RATE_MBIT, MTU) + MODEL_GAP_TOLERANCE_BYTES
-        assert abs(real_p50 - model_p50) <= gap_bytes, context
     return result, context
 
 
@@ -166,6 +161,10 @@ def test_ecn_marks_near_k_and_the_receiver_sees_ce(ledger, tmp_path):
     assert CE_DELIVERED_FRACTION * c["marks"] <= result["ce_received"] <= c["marks"], context
     if result["path"] == ECN_PATH_EBPF:
         assert c["ect_packets"] >= ECT_FRACTION * c["offered_packets"], context
+        # the queue the senders met is the one the marker modelled and marked by (under
+        # drop-tail the model only counts, and drifts: docs/ecn.md)
+        gap_bytes = htb_burst_bytes(RATE_MBIT, MTU) + MODEL_GAP_TOLERANCE_BYTES
+        assert abs(context["real_p50_bytes"] - context["model_p50_bytes"]) <= gap_bytes, context
     # the queue stays near K, and gets there: marking starts at K, not below it
     near_k = sum(d <= K_BYTES + NEAR_K_TOLERANCE_BYTES for d in judged) / len(judged)
     assert near_k >= NEAR_K_FRACTION, (near_k, context)

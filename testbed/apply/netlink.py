@@ -2,10 +2,11 @@
 reads and changes every few milliseconds: the backlog of chosen qdiscs (``QdiscBacklogs``) and
 a tbf's rate changed in place (``tbf_change_message``, ``QdiscChanger``).
 
-Written by hand because the agent's budget is a poll every 2 ms on a 2-core machine: measured
+Written by hand because the agent's budget is a poll every few ms on a 2-core machine: measured
 there, pyroute2 0.9.7 takes about 32 us to parse one qdisc reply and read its backlog, 2.5 ms
-for the 80 lossless queues of a k=4 fat-tree, more than the poll interval; this codec, which
-reads only as far as the backlog, takes about 1.1 us a reply (0.09 ms for the 80). Everything
+for the 80 lossless queues of a k=4 fat-tree, more than the 2 ms poll it was written for;
+this codec, which reads only as far as the backlog, takes about 1.1 us a reply (0.09 ms for
+the 80). Everything
 else that reads qdiscs dumps them with one ``tc -s -j`` process (``testbed.measure.counters``).
 """
 from __future__ import annotations

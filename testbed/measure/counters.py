@@ -14,7 +14,7 @@ Why a tc process and not netlink from here: measured on a 2-core development VM,
 or so qdiscs of a k=4 fat-tree's switch ports, 84-89 ms for 1000), while one ``tc -s -j``
 process costs 2-9 ms (fastest and median, on a loaded machine) and ``json.loads`` 0.4 ms
 for 250 entries. (tc's own time per qdisc could not be measured without making qdiscs; it
-is compiled code.) Only the PFC agent, which reads a few qdiscs every 2 ms, speaks netlink
+is compiled code.) Only the PFC agent, which reads a few qdiscs every few ms, speaks netlink
 itself (``testbed.apply.netlink``).
 
 Everything here is pure but the readers at the end.

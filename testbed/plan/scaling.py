@@ -47,7 +47,7 @@ MIN_RAMP_FRAMES = 4
 PFC_FRAME_BYTES = 64  # a pause frame on the wire
 XON_HYSTERESIS_FRAMES = 2  # XON this many frames under XOFF, so pauses do not chatter
 # Reaction time of a pause path when none is given. Hardware reacts within a few
-# microseconds. The emulated one (testbed.apply.pfc_agent) samples the queues every 2 ms and
+# microseconds. The emulated one (testbed.apply.pfc_agent) samples the queues every 4 ms and
 # pauses a neighbour about 0.5 ms (p99 2 ms) after sending the frame; but frames that left
 # the neighbour's queue before the pause may still wait in the userspace switch's receive
 # buffers, which grow when ovs-vswitchd is short of CPU. Measured on a k=4 fat-tree under

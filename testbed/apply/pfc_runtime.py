@@ -58,7 +58,8 @@ class PauseAgentProcess:
         the fan-in 13 pfc-demo lost 21-148 lossless packets a run, often with every trust
         check passing. On the hosts' CPU 141 KB waited at the 99th percentile; the runs lost
         0, 0 and 167, and the machine read 98% busy in each, which the verdict names (the
-        agent's 0.6-0.7 of a core and the hosts' traffic on one CPU). Beside ovs-vswitchd its
+        agent's 0.6-0.7 of a core polling every 2 ms, and the hosts' traffic, on one CPU;
+        every 4 ms, ``DEFAULT_POLL_S``, it takes 0.36-0.44). Beside ovs-vswitchd its
         polls waited for the forwarding thread's kernel work (this kernel is PREEMPT_NONE),
         up to 41 ms apart, and the 6:1 RoCE incast lost 53 (docs/capacity.md)."""
         for name in (READY_FILE, COUNTERS_FILE, EVENTS_FILE):

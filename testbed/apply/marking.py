@@ -156,11 +156,6 @@ class EcnMarking:
         if self.path == ECN_PATH_EBPF:
             samples = self._marker_dump("ecn_qdepth")
             return depths_from_qdepth(self.ports, samples, time.monotonic_ns())
-        return self.real_backlogs()
-
-    def real_backlogs(self) -> dict[str, int]:
-        """Every port's buffer backlog in bytes now, from the qdisc's statistics: on the eBPF
-        path, the real queue that the marker's virtual FIFO models."""
         buffers = self._buffers()
         return {p.intf: buffers.get(p.intf, {}).get("backlog_bytes", 0) for p in self.ports}
 

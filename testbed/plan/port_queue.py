@@ -218,12 +218,14 @@ class Handles:
         return frozenset({cls.BUFFER, *(cls.leaf(p) for p in range(PFC_CLASSES))})
 
 
-def htb_burst_bytes(rate_mbit: float, mtu_bytes: int) -> int:
-    """The bucket (burst and cburst) of a port with one buffer: ``HTB_CATCH_UP_S`` of the
-    link's bytes, never fewer than two frames. Ports with traffic classes keep two frames in
-    every bucket: a resumed lossless queue sends its HTB classes' tokens at once, and PFC's
+def htb_burst_bytes(rate_mbit: float, mtu_bytes: int, classes: bool = False) -> int:
+    """The bucket (burst and cburst) of every HTB class of a port: with one buffer,
+    ``HTB_CATCH_UP_S`` of the link's bytes, never fewer than two frames; with traffic
+    ``classes``, two frames in every bucket: a resumed lossless queue sends its HTB classes' tokens at once, and PFC's
     headroom (testbed.plan.scaling.pfc_headroom_bytes) counts two frames per upstream port;
     a 3 ms bucket there cost the fan-in 15 incast 5 lossless drops."""
+    if classes:
+        return 2 * mtu_bytes
     return max(2 * mtu_bytes, int(rate_mbit * 1e6 / 8 * HTB_CATCH_UP_S))
 
 
@@ -352,7 +354,7 @@ def _class_lines(intf: str, rate_mbit: float, mtu_bytes: int, queue: QueueConfig
     A lossless class's RED goes inside its tbf (``qdisc add`` into the tbf's class takes
     the place of the tbf's default inner bfifo)."""
     share_mbit = rate_mbit / len(queue.classes)
-    burst = 2 * mtu_bytes  # a bucket's worth leaves at once after a pause (htb_burst_bytes)
+    burst = htb_burst_bytes(rate_mbit, mtu_bytes, classes=True)
     quantum = mtu_bytes + HTB_OVERHEAD_BYTES
     lines = []
     for tc in sorted(queue.classes, key=lambda c: c.priority):
@@ -410,7 +412,7 @@ def port_plan(intf: str, rate_mbit: float | None, mtu_bytes: int,
     classes = queue is not None and queue.uses_classes
     default_minor = Handles.class_minor(DEFAULT_PRIORITY) if classes else Handles.LINK_MINOR
     where = f"parent {Handles.IMPAIRMENT_CLASS}" if impairment is not None else "root"
-    burst = 2 * mtu_bytes if classes else htb_burst_bytes(rate_mbit, mtu_bytes)
+    burst = htb_burst_bytes(rate_mbit, mtu_bytes, classes)
     lines += [
         f"qdisc replace dev {intf} {where} handle {Handles.HTB} htb default {default_minor:x}",
         f"class replace dev {intf} parent {Handles.HTB} classid {Handles.LINK_CLASS} htb rate "

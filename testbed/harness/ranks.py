@@ -196,12 +196,13 @@ class RankWatch:
                  bottleneck: str | None = None) -> dict:
         """The emulator's verdict over ``window_monotonic_s`` (default: the whole watch),
         with the generators' checks over the whole watch (every rank program it ran)."""
-        from testbed.measure.generators import with_generators
+        from testbed.measure.generators import frame_time_us, with_generators
 
         window = self.watch.window_s(*window_monotonic_s) if window_monotonic_s else None
         verdict = self.watch.verdict(window, bottleneck=bottleneck,
                                      bandwidth_bound=bandwidth_bound).to_dict()
-        return with_generators(verdict, self.cpu.summary())
+        return with_generators(verdict, self.cpu.summary(),
+                               frame_us=frame_time_us(self.run.net.fabric))
 
 
 def host_problems(fabric, field: str, needed: int, what: str = "ranks") -> list:

@@ -410,7 +410,7 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
     window (its link's counters) with their Jain index, the bottleneck's utilisation,
     marks, pauses, the packet sample and the fidelity verdict."""
     from testbed.measure.backlog import backlog_divergence
-    from testbed.measure.generators import with_generators
+    from testbed.measure.generators import frame_time_us, with_generators
     from testbed.measure.roce import sampled_fraction, scaling_rows, window_queue
     from testbed.measure.stats import jain_index
 
@@ -449,7 +449,7 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
         "fidelity": with_generators(
             watch.verdict(sampler_window, bottleneck=bench.bottleneck_label,
                           bandwidth_bound=bandwidth_bound, setup=setup).to_dict(),
-            b.generators or {}, setup),
+            b.generators or {}, setup, frame_time_us(bench.fabric)),
     }
     if b.pfc is not None:  # testbed.measure.pauses.agent_alive_checks judges it
         result["pause_agent_running"] = b.pfc["pause_agent_running"]

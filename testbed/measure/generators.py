@@ -22,11 +22,18 @@ from testbed.measure.fidelity import MAX_THREAD_CORES
 from testbed.measure.telemetry import CLOCK_TICKS_PER_S
 from testbed.model.verdict import at_most
 
+# A generator's events happen late by its run-queue wait each time it is woken (schedstat:
+# wait per switch onto a CPU). The network's own resolution is a frame: the time the fastest
+# shaped link takes to send one MTU frame. A mean wait per wake-up under one frame time moves
+# a generator's sends and replies by less than the wire can tell apart; beyond it the
+# scheduler decides when they happen, not the network. Measured on a 2-core VM (RoCE incast
+# at 20 Mbit/s, MTU 1500: a 600 us frame): 100-300 us per wake-up while the machine had idle
+# CPU (docs/fidelity.md).
+MAX_WAKEUP_DELAY_FRAMES = 1.0
 # Threads of one generator waiting on a run queue, on average over its measured window (its
-# run-queue wait per second). A rank's work is mostly one thread at a time (it sends, waits,
-# reduces), so at a quarter its steps started late about a quarter of the time: beyond that
-# its timings are the scheduler's more than the network's. A judgement, not a measurement:
-# ranks woken together by a collective step queue briefly even on an idle machine.
+# run-queue wait per second): judged only where no link is shaped, so no frame time exists.
+# This counts how often a generator waited rather than how long each wait moved it: a
+# receiver woken 4,000 times a second reaches 0.3 on 75 us waits.
 MAX_WAITING_THREADS = 0.25
 # Below this much demand (run + wait) the share of demand spent waiting is not reported.
 MIN_DEMAND_S = 0.02
@@ -36,11 +43,14 @@ SAMPLE_INTERVAL_S = 0.25
 @dataclass(frozen=True)
 class ThreadTimes:
     """One thread's CPU so far: clock ticks (user + system) and, where the kernel keeps
-    schedstat, nanoseconds on a CPU and waiting on a run queue."""
+    schedstat, nanoseconds on a CPU, nanoseconds waiting on a run queue and how many times it
+    was switched onto a CPU (each switch-in ends one wait, of zero length when it found a core
+    free)."""
 
     ticks: int
     run_ns: int | None = None
     wait_ns: int | None = None
+    switches: int | None = None
 
 
 def read_threads(pid: int, proc: str = "/proc") -> dict[int, ThreadTimes]:
@@ -57,13 +67,13 @@ def read_threads(pid: int, proc: str = "/proc") -> dict[int, ThreadTimes]:
                 parts = fh.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        run_ns = wait_ns = None
+        run_ns = wait_ns = switches = None
         try:
             with open(f"{base}/schedstat") as fh:
-                run_ns, wait_ns = (int(x) for x in fh.read().split()[:2])
+                run_ns, wait_ns, switches = (int(x) for x in fh.read().split()[:3])
         except (OSError, ValueError):
             pass
-        out[int(tid)] = ThreadTimes(int(parts[11]) + int(parts[12]), run_ns, wait_ns)
+        out[int(tid)] = ThreadTimes(int(parts[11]) + int(parts[12]), run_ns, wait_ns, switches)
     return out
 
 
@@ -128,41 +138,44 @@ class GeneratorCpu:
 
 
 def _delta(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes]
-           ) -> tuple[dict[int, float], float, float | None]:
+           ) -> tuple[dict[int, float], float | None, int | None]:
     """Between two readings of one process: CPU seconds per thread (schedstat's nanoseconds
-    where the kernel keeps them, else clock ticks), and the process's seconds of run-queue
-    wait (None without schedstat). A thread that appeared meanwhile counts from 0; one that
-    ended is in neither reading's sum."""
-    sched = all(t.run_ns is not None and t.wait_ns is not None for t in after.values())
-    cpu, wait = {}, 0.0
+    where the kernel keeps them, else clock ticks), the process's seconds of run-queue wait
+    and its threads' switches onto a CPU (both None without schedstat). A thread that
+    appeared meanwhile counts from 0; one that ended is in neither reading's sum."""
+    sched = all(None not in (t.run_ns, t.wait_ns, t.switches) for t in after.values())
+    cpu, wait, switches = {}, 0.0, 0
     for tid, now in after.items():
-        was = before.get(tid, ThreadTimes(0, 0, 0))
+        was = before.get(tid, ThreadTimes(0, 0, 0, 0))
         if sched:
             cpu[tid] = (now.run_ns - (was.run_ns or 0)) / 1e9
             wait += (now.wait_ns - (was.wait_ns or 0)) / 1e9
+            switches += now.switches - (was.switches or 0)
         else:
             cpu[tid] = (now.ticks - was.ticks) / CLOCK_TICKS_PER_S
-    return cpu, (wait if sched else 0.0), None if not sched else wait
+    return cpu, (wait if sched else None), (switches if sched else None)
 
 
 def process_summary(readings: list[tuple[float, dict[int, ThreadTimes]]]) -> dict | None:
     """One process over consecutive readings (time, threads): its CPU seconds and mean
     cores, the mean over intervals of its busiest thread's cores, and its run-queue wait:
-    seconds, threads waiting on average (wait / time), and the share of its threads' demand
-    (run + wait) spent waiting (None without schedstat, or with too little demand)."""
+    seconds, threads waiting on average (wait / time), the share of its threads' demand
+    (run + wait) spent waiting (None with too little demand), its switches onto a CPU and the
+    mean wait per switch-in in microseconds (all None without schedstat)."""
     readings = [(t, threads) for t, threads in readings if threads]
     if len(readings) < 2:
         return None
-    cpu_s, wait_s, busiest, sched = 0.0, 0.0, [], True
+    cpu_s, wait_s, switches, busiest, sched = 0.0, 0.0, 0, [], True
     for (t0, before), (t1, after) in zip(readings, readings[1:]):
         dt = max(t1 - t0, 1e-6)
-        cpu, _, wait = _delta(before, after)
+        cpu, wait, switched = _delta(before, after)
         cpu_s += sum(cpu.values())
         busiest.append(max(cpu.values(), default=0.0) / dt)
         if wait is None:
             sched = False
         else:
             wait_s += wait
+            switches += switched
     span = readings[-1][0] - readings[0][0]
     demand_s = cpu_s + wait_s
     return {"cpu_s": cpu_s, "span_s": span, "mean_cores": cpu_s / span if span > 0 else 0.0,
@@ -170,7 +183,9 @@ def process_summary(readings: list[tuple[float, dict[int, ThreadTimes]]]) -> dic
             "wait_s": wait_s if sched else None,
             "waiting_threads": wait_s / span if sched and span > 0 else None,
             "runqueue_wait_fraction": (wait_s / demand_s
-                                       if sched and demand_s >= MIN_DEMAND_S else None)}
+                                       if sched and demand_s >= MIN_DEMAND_S else None),
+            "switches": switches if sched else None,
+            "wait_per_switch_us": wait_s / switches * 1e6 if sched and switches else None}
 
 
 def spanning(samples: list[tuple[float, object]], lo: float, hi: float) -> list:
@@ -204,6 +219,9 @@ def generator_summary(samples: list[Sample], windows: dict[str, tuple[float, flo
     waits = {n: p["waiting_threads"] for n, p in per.items() if p["waiting_threads"] is not None}
     busiest = max(per, key=lambda n: per[n]["busiest_thread_cores"], default=None)
     waiting = max(waits, key=waits.get, default=None)
+    delays = {n: p["wait_per_switch_us"] for n, p in per.items()
+              if p["wait_per_switch_us"] is not None}
+    delayed = max(delays, key=delays.get, default=None)
     return {"processes": len(per),
             "cpu_s": round(sum(p["cpu_s"] for p in per.values()), 3),
             "mean_cores": round(sum(p["mean_cores"] for p in per.values()), 4),
@@ -212,15 +230,29 @@ def generator_summary(samples: list[Sample], windows: dict[str, tuple[float, flo
             "runqueue_wait": None if waiting is None else {
                 "process": waiting, "waiting_threads": round(waits[waiting], 4),
                 "fraction_of_demand": per[waiting]["runqueue_wait_fraction"]},
+            "wakeup_delay": None if delayed is None else {
+                "process": delayed, "wait_per_switch_us": round(delays[delayed], 1),
+                "switches": per[delayed]["switches"]},
             "schedstat": any(t.run_ns is not None for s in samples
                              for threads in s.processes.values() for t in threads.values()),
             "per_process": {n: {k: (round(v, 4) if isinstance(v, float) else v)
                                 for k, v in p.items()} for n, p in per.items()}}
 
 
-def generator_checks(summary: dict, setup: str | None = None) -> list:
+def frame_time_us(fabric) -> float | None:
+    """Microseconds the fastest shaped link of ``fabric`` takes to send one MTU frame (None
+    when no link is shaped): the time scale the generators' run-queue waits are judged
+    against."""
+    rates = [link.rate_mbit for link in fabric.links if link.rate_mbit]
+    return fabric.mtu_bytes * 8 / max(rates) if rates else None
+
+
+def generator_checks(summary: dict, setup: str | None = None,
+                     frame_us: float | None = None) -> list:
     """The generators' trust checks: no generator's busiest thread saturated, and none
-    waited for a core much of the time it wanted one (judged where schedstat exists)."""
+    woken late by a frame time (``frame_us``, frame_time_us) or more on average; without a
+    frame time, none waiting for a core much of the time (MAX_WAITING_THREADS). Waits are
+    judged where the kernel keeps schedstat."""
     checks = []
     busiest = summary.get("busiest_thread")
     if busiest is not None:
@@ -228,21 +260,33 @@ def generator_checks(summary: dict, setup: str | None = None) -> list:
                               "cores", f"the traffic generators' busiest thread ("
                               f"{busiest['process']}) had idle time left, so they kept pace",
                               setup))
-    waiting = summary.get("runqueue_wait")
-    if waiting is not None:
+    delay, waiting = summary.get("wakeup_delay"), summary.get("runqueue_wait")
+    if frame_us is not None and delay is not None:
+        limit_us = round(MAX_WAKEUP_DELAY_FRAMES * frame_us, 1)
+        checks.append(at_most("generator wait for a core", delay["wait_per_switch_us"],
+                              limit_us, "us per wake-up",
+                              f"the scheduler moved no traffic generator's events by a frame "
+                              f"time ({frame_us:.0f} us at the fastest link) on average: the "
+                              f"one that waited longest, {delay['process']}, waited "
+                              f"{delay['wait_per_switch_us']:.0f} us per wake-up over "
+                              f"{delay['switches']} wake-ups", setup))
+    elif waiting is not None:
         checks.append(at_most("generator wait for a core", waiting["waiting_threads"],
                               MAX_WAITING_THREADS, "threads waiting, on average",
                               f"no traffic generator was starved of CPU (the one that waited "
                               f"most, {waiting['process']}, had "
                               f"{waiting['waiting_threads']:.2f} threads waiting for a core on "
-                              "average)", setup))
+                              "average; no link is shaped, so no frame time to judge waits "
+                              "against)", setup))
     return checks
 
 
-def with_generators(fidelity: dict, summary: dict, setup: str | None = None) -> dict:
-    """A fidelity verdict (Verdict.to_dict()) with the generators' checks and summary added:
-    not trustworthy when one of them fails."""
-    checks = generator_checks(summary, setup)
+def with_generators(fidelity: dict, summary: dict, setup: str | None = None,
+                    frame_us: float | None = None) -> dict:
+    """A fidelity verdict (Verdict.to_dict()) with the generators' checks (generator_checks,
+    waits judged against ``frame_us``) and summary added: not trustworthy when one of them
+    fails."""
+    checks = generator_checks(summary, setup, frame_us)
     failed = [c for c in checks if c.passed is False]
     reasons = list(fidelity.get("reasons", []))
     if failed:

@@ -11,10 +11,12 @@ import pytest
 from testbed.measure.fidelity import MAX_THREAD_CORES, judge
 from testbed.measure.generators import (
     MAX_WAITING_THREADS,
+    MAX_WAKEUP_DELAY_FRAMES,
     GeneratorCpu,
     Sample,
     ThreadTimes,
     generator_checks,
+    frame_time_us,
     generator_summary,
     process_summary,
     read_threads,
@@ -38,16 +40,16 @@ def write_thread(proc, pid: int, tid: int, utime: int, stime: int, schedstat: st
 def test_threads_are_read_with_their_ticks_and_schedstat(tmp_path):
     write_thread(tmp_path, 42, 42, 7, 3, "500000000 100000000 12")
     write_thread(tmp_path, 42, 43, 1, 0, None)  # a kernel without schedstat for it
-    assert read_threads(42, str(tmp_path)) == {42: ThreadTimes(10, 500000000, 100000000),
-                                               43: ThreadTimes(1, None, None)}
+    assert read_threads(42, str(tmp_path)) == {42: ThreadTimes(10, 500000000, 100000000, 12),
+                                               43: ThreadTimes(1, None, None, None)}
     assert read_threads(99, str(tmp_path)) == {}  # gone
 
 
 READINGS = [
-    (0.0, {1: ThreadTimes(0, 0, 0), 2: ThreadTimes(0, 0, 0)}),
-    (1.0, {1: ThreadTimes(50, S // 2, S // 10), 2: ThreadTimes(10, S // 10, S // 20)}),
-    (2.0, {1: ThreadTimes(100, S, S // 5), 2: ThreadTimes(10, S // 10, S // 20),
-           3: ThreadTimes(5, S // 20, S // 20)}),  # thread 3 started in the second interval
+    (0.0, {1: ThreadTimes(0, 0, 0, 0), 2: ThreadTimes(0, 0, 0, 0)}),
+    (1.0, {1: ThreadTimes(50, S // 2, S // 10, 400), 2: ThreadTimes(10, S // 10, S // 20, 100)}),
+    (2.0, {1: ThreadTimes(100, S, S // 5, 800), 2: ThreadTimes(10, S // 10, S // 20, 100),
+           3: ThreadTimes(5, S // 20, S // 20, 200)}),  # thread 3 started in the second interval
 ]
 
 
@@ -60,6 +62,8 @@ def test_a_process_summary_by_hand():
     # waits: 0.1 + 0.05, then 0.1 + 0 + 0.05: 0.3 s, 0.15 threads waiting on average
     assert s["wait_s"] == pytest.approx(0.3) and s["waiting_threads"] == pytest.approx(0.15)
     assert s["runqueue_wait_fraction"] == pytest.approx(0.3 / 1.45)
+    # switches onto a CPU: 400 + 100, then 400 + 0 + 200: 0.3 s over 1100 wake-ups
+    assert s["switches"] == 1100 and s["wait_per_switch_us"] == pytest.approx(0.3e6 / 1100)
 
 
 def test_without_schedstat_cpu_comes_from_ticks_and_waits_are_unknown():
@@ -69,6 +73,7 @@ def test_without_schedstat_cpu_comes_from_ticks_and_waits_are_unknown():
     assert s["cpu_s"] == pytest.approx((100 + 10 + 5) / CLOCK_TICKS_PER_S)
     assert s["wait_s"] is None and s["waiting_threads"] is None
     assert s["runqueue_wait_fraction"] is None
+    assert s["switches"] is None and s["wait_per_switch_us"] is None
 
 
 def test_one_reading_is_no_summary():
@@ -85,14 +90,28 @@ def test_each_process_is_judged_over_its_own_window():
     assert s["per_process"]["rank1"]["cpu_s"] == pytest.approx(0.6)
     assert s["busiest_thread"]["cores"] == pytest.approx(0.5)
     assert s["runqueue_wait"]["waiting_threads"] == pytest.approx(0.15)
+    # rank1's first second: 0.15 s over 500 wake-ups, more per wake-up than rank0's whole run
+    assert s["wakeup_delay"] == {"process": "rank1", "wait_per_switch_us": 300.0,
+                                 "switches": 500}
     assert s["schedstat"] is True
     assert s["cpu_s"] == pytest.approx(1.75)
 
 
-def summary(cores: float, waiting: float | None) -> dict:
+def summary(cores: float, waiting: float | None, delay_us: float | None = None) -> dict:
     return {"busiest_thread": {"process": "rank3", "cores": cores},
             "runqueue_wait": None if waiting is None else {"process": "rank5",
-                                                           "waiting_threads": waiting}}
+                                                           "waiting_threads": waiting},
+            "wakeup_delay": None if delay_us is None else {
+                "process": "rank6", "wait_per_switch_us": delay_us, "switches": 900}}
+
+
+def test_a_frame_time_is_one_mtu_at_the_fastest_shaped_link():
+    from testbed.model.topology import line, spine_leaf
+
+    fabric = spine_leaf(leaves=2, spines=1, hosts_per_leaf=1, host_rate_mbit=20,
+                        uplink_rate_mbit=40, mtu_bytes=1500)
+    assert frame_time_us(fabric) == pytest.approx(1500 * 8 / 40)  # 300 us
+    assert frame_time_us(line(2, host_rate_mbit=None)) is None  # nothing shaped
 
 
 def test_generator_checks_pass_and_fail():
@@ -108,6 +127,22 @@ def test_generator_checks_pass_and_fail():
     assert generator_checks({"busiest_thread": None, "runqueue_wait": None}) == []
 
 
+def test_with_a_frame_time_the_wait_per_wake_up_is_judged():
+    """Many short waits (0.6 threads waiting, the load measure's FAIL) pass when each moved
+    the generator by less than a frame time; long ones fail however rare."""
+    frame_us = 600.0
+    short = generator_checks(summary(0.5, 0.6, 180.0), "pfc", frame_us)
+    assert [(c.name, c.outcome, c.unit) for c in short][1] == (
+        "generator wait for a core", "PASS", "us per wake-up")
+    assert short[1].expected == f"<= {MAX_WAKEUP_DELAY_FRAMES * frame_us:g}"
+    assert "rank6" in short[1].statement and "900 wake-ups" in short[1].statement
+    late = generator_checks(summary(0.5, 0.05, MAX_WAKEUP_DELAY_FRAMES * frame_us + 1),
+                            "pfc", frame_us)
+    assert late[1].outcome == "FAIL"
+    # a frame time but no switch counts (no schedstat): nothing of the wait to judge
+    assert len(generator_checks(summary(0.5, None, None), "pfc", frame_us)) == 1
+
+
 def test_the_generators_join_the_fidelity_verdict():
     fidelity = judge(0.3, 1.0, 0.98, 0.0).to_dict()
     kept = with_generators(fidelity, summary(0.5, 0.05))
@@ -118,6 +153,9 @@ def test_the_generators_join_the_fidelity_verdict():
     assert starved["trustworthy"] is False
     assert starved["reasons"] == ["generator wait for a core: 0.6 threads waiting, on average "
                                   "(limit <= 0.25)"]
+    late = with_generators(fidelity, summary(0.5, 0.05, 2000.0), frame_us=600.0)
+    assert late["reasons"] == ["generator wait for a core: 2000.0 us per wake-up "
+                               "(limit <= 600)"]
     untrusted = judge(0.99, 1.0, 0.98, 0.0).to_dict()
     both = with_generators(untrusted, summary(1.0, 0.05))
     assert both["reasons"][0].startswith("generator busiest thread")

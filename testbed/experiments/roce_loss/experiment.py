@@ -51,7 +51,7 @@ from testbed.harness.roce_setups import (
     transport_problems,
 )
 from testbed.harness.scenario import Problem
-from testbed.measure.generators import GeneratorCpu, with_generators
+from testbed.measure.generators import GeneratorCpu, frame_time_us, with_generators
 from testbed.plan.port_queue import default_buffer_bytes
 
 MAX_RATE_MBIT = 200.0  # one userspace switch forwards this at MTU 1500 with room to spare
@@ -178,7 +178,8 @@ class RoceLoss(Experiment):
                              if counters["matched"] else 0.0},
             "errors": roce.errors + tcp_errors,
             "window_monotonic_s": list(roce.window_monotonic_s or (0.0, 0.0)),
-            "fidelity": with_generators(fidelity.to_dict(), cpu.summary(), run.setup.name),
+            "fidelity": with_generators(fidelity.to_dict(), cpu.summary(), run.setup.name,
+                                        frame_time_us(run.net.fabric)),
         }
         if p.capture and first:
             from testbed.measure.roce import decode_capture

@@ -138,18 +138,18 @@ class GeneratorCpu:
 
 
 def _delta(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes]
-           ) -> tuple[dict[int, float], float | None, int | None]:
+           ) -> tuple[dict[int, float], dict[int, float] | None, int | None]:
     """Between two readings of one process: CPU seconds per thread (schedstat's nanoseconds
-    where the kernel keeps them, else clock ticks), the process's seconds of run-queue wait
-    and its threads' switches onto a CPU (both None without schedstat). A thread that
-    appeared meanwhile counts from 0; one that ended is in neither reading's sum."""
+    where the kernel keeps them, else clock ticks), run-queue wait seconds per thread and the
+    threads' switches onto a CPU (both None without schedstat). A thread that appeared
+    meanwhile counts from 0; one that ended is in neither reading's sum."""
     sched = all(None not in (t.run_ns, t.wait_ns, t.switches) for t in after.values())
-    cpu, wait, switches = {}, 0.0, 0
+    cpu, wait, switches = {}, {}, 0
     for tid, now in after.items():
         was = before.get(tid, ThreadTimes(0, 0, 0, 0))
         if sched:
             cpu[tid] = (now.run_ns - (was.run_ns or 0)) / 1e9
-            wait += (now.wait_ns - (was.wait_ns or 0)) / 1e9
+            wait[tid] = (now.wait_ns - (was.wait_ns or 0)) / 1e9
             switches += now.switches - (was.switches or 0)
         else:
             cpu[tid] = (now.ticks - was.ticks) / CLOCK_TICKS_PER_S
@@ -158,14 +158,16 @@ def _delta(before: dict[int, ThreadTimes], after: dict[int, ThreadTimes]
 
 def process_summary(readings: list[tuple[float, dict[int, ThreadTimes]]]) -> dict | None:
     """One process over consecutive readings (time, threads): its CPU seconds and mean
-    cores, the mean over intervals of its busiest thread's cores, and its run-queue wait:
-    seconds, threads waiting on average (wait / time), the share of its threads' demand
-    (run + wait) spent waiting (None with too little demand), its switches onto a CPU and the
-    mean wait per switch-in in microseconds (all None without schedstat)."""
+    cores; the mean over intervals of its busiest thread's cores, and of its busiest thread's
+    demand (cores it ran or waited to run: 1 is a thread that never slept, limited by the CPU
+    whether or not it got one); its run-queue wait: seconds, threads waiting on average
+    (wait / time), the share of its threads' demand spent waiting (None with too little
+    demand), its switches onto a CPU and the mean wait per switch-in in microseconds (demand
+    and waits None without schedstat)."""
     readings = [(t, threads) for t, threads in readings if threads]
     if len(readings) < 2:
         return None
-    cpu_s, wait_s, switches, busiest, sched = 0.0, 0.0, 0, [], True
+    cpu_s, wait_s, switches, busiest, demand, sched = 0.0, 0.0, 0, [], [], True
     for (t0, before), (t1, after) in zip(readings, readings[1:]):
         dt = max(t1 - t0, 1e-6)
         cpu, wait, switched = _delta(before, after)
@@ -174,12 +176,14 @@ def process_summary(readings: list[tuple[float, dict[int, ThreadTimes]]]) -> dic
         if wait is None:
             sched = False
         else:
-            wait_s += wait
+            wait_s += sum(wait.values())
             switches += switched
+            demand.append(max((cpu[tid] + wait[tid] for tid in cpu), default=0.0) / dt)
     span = readings[-1][0] - readings[0][0]
     demand_s = cpu_s + wait_s
     return {"cpu_s": cpu_s, "span_s": span, "mean_cores": cpu_s / span if span > 0 else 0.0,
             "busiest_thread_cores": sum(busiest) / len(busiest),
+            "busiest_thread_demand": sum(demand) / len(demand) if sched else None,
             "wait_s": wait_s if sched else None,
             "waiting_threads": wait_s / span if sched and span > 0 else None,
             "runqueue_wait_fraction": (wait_s / demand_s
@@ -204,8 +208,8 @@ def generator_summary(samples: list[Sample], windows: dict[str, tuple[float, flo
                       ) -> dict:
     """Every process's summary over its samples (those inside its window in ``windows``,
     CLOCK_MONOTONIC, where it has one; those spanning it when the window is shorter than the
-    sampling interval), and the worst of them: the busiest thread and the most threads waiting
-    for a core."""
+    sampling interval), and the worst of them: the busiest thread by CPU and by demand, the
+    most threads waiting for a core and the longest wait per wake-up."""
     windows = windows or {}
     names = dict.fromkeys(n for s in samples for n in s.processes)
     per = {}
@@ -218,6 +222,9 @@ def generator_summary(samples: list[Sample], windows: dict[str, tuple[float, flo
             per[name] = summary
     waits = {n: p["waiting_threads"] for n, p in per.items() if p["waiting_threads"] is not None}
     busiest = max(per, key=lambda n: per[n]["busiest_thread_cores"], default=None)
+    demands = {n: p["busiest_thread_demand"] for n, p in per.items()
+               if p["busiest_thread_demand"] is not None}
+    hungriest = max(demands, key=demands.get, default=None)
     waiting = max(waits, key=waits.get, default=None)
     delays = {n: p["wait_per_switch_us"] for n, p in per.items()
               if p["wait_per_switch_us"] is not None}
@@ -227,6 +234,8 @@ def generator_summary(samples: list[Sample], windows: dict[str, tuple[float, flo
             "mean_cores": round(sum(p["mean_cores"] for p in per.values()), 4),
             "busiest_thread": None if busiest is None else {
                 "process": busiest, "cores": round(per[busiest]["busiest_thread_cores"], 4)},
+            "busiest_demand": None if hungriest is None else {
+                "process": hungriest, "cores": round(demands[hungriest], 4)},
             "runqueue_wait": None if waiting is None else {
                 "process": waiting, "waiting_threads": round(waits[waiting], 4),
                 "fraction_of_demand": per[waiting]["runqueue_wait_fraction"]},
@@ -249,13 +258,20 @@ def frame_time_us(fabric) -> float | None:
 
 def generator_checks(summary: dict, setup: str | None = None,
                      frame_us: float | None = None) -> list:
-    """The generators' trust checks: no generator's busiest thread saturated, and none
-    woken late by a frame time (``frame_us``, frame_time_us) or more on average; without a
+    """The generators' trust checks: no generator's busiest thread saturated (running or
+    waiting for a core the whole time, where schedstat says; running, where it does not),
+    and none woken late by a frame time (``frame_us``, frame_time_us) or more on average; without a
     frame time, none waiting for a core much of the time (MAX_WAITING_THREADS). Waits are
     judged where the kernel keeps schedstat."""
     checks = []
-    busiest = summary.get("busiest_thread")
-    if busiest is not None:
+    busiest, hungriest = summary.get("busiest_thread"), summary.get("busiest_demand")
+    if hungriest is not None:
+        checks.append(at_most("generator busiest thread", hungriest["cores"], MAX_THREAD_CORES,
+                              "cores run or waited for", f"the traffic generators' busiest "
+                              f"thread ({hungriest['process']}), counting the time it waited "
+                              "for a core, had idle time left, so the CPU did not limit them",
+                              setup))
+    elif busiest is not None:
         checks.append(at_most("generator busiest thread", busiest["cores"], MAX_THREAD_CORES,
                               "cores", f"the traffic generators' busiest thread ("
                               f"{busiest['process']}) had idle time left, so they kept pace",

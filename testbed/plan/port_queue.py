@@ -221,9 +221,10 @@ class Handles:
 def htb_burst_bytes(rate_mbit: float, mtu_bytes: int, classes: bool = False) -> int:
     """The bucket (burst and cburst) of every HTB class of a port: with one buffer,
     ``HTB_CATCH_UP_S`` of the link's bytes, never fewer than two frames; with traffic
-    ``classes``, two frames in every bucket: a resumed lossless queue sends its HTB classes' tokens at once, and PFC's
-    headroom (testbed.plan.scaling.pfc_headroom_bytes) counts two frames per upstream port;
-    a 3 ms bucket there cost the fan-in 15 incast 5 lossless drops."""
+    ``classes``, two frames in every bucket: a resumed lossless queue sends its HTB classes'
+    tokens at once, and PFC's headroom (testbed.plan.scaling.pfc_headroom_bytes) counts two
+    frames per upstream port; a 3 ms bucket there cost the fan-in 15 incast 5 lossless
+    drops."""
     if classes:
         return 2 * mtu_bytes
     return max(2 * mtu_bytes, int(rate_mbit * 1e6 / 8 * HTB_CATCH_UP_S))

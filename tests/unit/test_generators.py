@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -64,6 +65,8 @@ def test_a_process_summary_by_hand():
     assert s["runqueue_wait_fraction"] == pytest.approx(0.3 / 1.45)
     # switches onto a CPU: 400 + 100, then 400 + 0 + 200: 0.3 s over 1100 wake-ups
     assert s["switches"] == 1100 and s["wait_per_switch_us"] == pytest.approx(0.3e6 / 1100)
+    # demand, the busiest thread's run + wait: thread 1's 0.5 + 0.1 in both seconds
+    assert s["busiest_thread_demand"] == pytest.approx(0.6)
 
 
 def test_without_schedstat_cpu_comes_from_ticks_and_waits_are_unknown():
@@ -74,6 +77,7 @@ def test_without_schedstat_cpu_comes_from_ticks_and_waits_are_unknown():
     assert s["wait_s"] is None and s["waiting_threads"] is None
     assert s["runqueue_wait_fraction"] is None
     assert s["switches"] is None and s["wait_per_switch_us"] is None
+    assert s["busiest_thread_demand"] is None
 
 
 def test_one_reading_is_no_summary():
@@ -93,16 +97,29 @@ def test_each_process_is_judged_over_its_own_window():
     # rank1's first second: 0.15 s over 500 wake-ups, more per wake-up than rank0's whole run
     assert s["wakeup_delay"] == {"process": "rank1", "wait_per_switch_us": 300.0,
                                  "switches": 500}
+    assert s["busiest_demand"]["cores"] == pytest.approx(0.6)
     assert s["schedstat"] is True
     assert s["cpu_s"] == pytest.approx(1.75)
 
 
-def summary(cores: float, waiting: float | None, delay_us: float | None = None) -> dict:
+def summary(cores: float, waiting: float | None, delay_us: float | None = None,
+            demand: float | None = None) -> dict:
     return {"busiest_thread": {"process": "rank3", "cores": cores},
+            "busiest_demand": None if demand is None else {"process": "rank4", "cores": demand},
             "runqueue_wait": None if waiting is None else {"process": "rank5",
                                                            "waiting_threads": waiting},
             "wakeup_delay": None if delay_us is None else {
                 "process": "rank6", "wait_per_switch_us": delay_us, "switches": 900}}
+
+
+def test_a_thread_that_never_slept_fails_though_it_ran_half_the_time():
+    """Run 0.5 of a core and waited the rest: the CPU limited it, whatever it got."""
+    [hungry] = generator_checks(summary(0.5, None, None, demand=1.0))
+    assert (hungry.name, hungry.outcome, hungry.unit) == (
+        "generator busiest thread", "FAIL", "cores run or waited for")
+    assert "rank4" in hungry.statement
+    [fed] = generator_checks(summary(0.5, None, None, demand=0.7))
+    assert fed.outcome == "PASS"
 
 
 def test_a_frame_time_is_one_mtu_at_the_fastest_shaped_link():
@@ -177,6 +194,25 @@ def test_a_running_process_is_sampled_until_it_ends():
     assert set(s["per_process"]) == {"busy", "idle"}
     assert s["per_process"]["busy"]["cpu_s"] > s["per_process"]["idle"]["cpu_s"]
     assert s["busiest_thread"]["process"] == "busy"
+
+
+HOG = ("import os, time\nos.sched_setaffinity(0, {0})\nend = time.monotonic() + 1.0\n"
+       "while time.monotonic() < end: pass\n")
+
+
+def test_two_busy_processes_on_one_cpu_each_run_half_and_never_sleep():
+    """Real processes: each gets about half of the one CPU they share and waits for it the
+    rest of the time, so its demand reads near a whole core (schedstat's run + wait)."""
+    with GeneratorCpu(interval_s=0.05) as cpu:
+        hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+        time.sleep(0.2)  # both pinned and spinning
+        cpu.add("hog", hogs[0].pid)
+        for hog in hogs:
+            hog.wait()
+    s = cpu.summary()["per_process"]["hog"]
+    assert s["busiest_thread_cores"] < 0.8  # it had to share
+    assert s["busiest_thread_demand"] > 0.9  # and never slept: limited by the CPU
+    assert s["wait_per_switch_us"] > 0
 
 
 def test_a_window_shorter_than_the_sampling_interval_is_judged_over_the_samples_around_it():

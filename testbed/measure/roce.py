@@ -145,10 +145,11 @@ def cc_series(sender: dict) -> dict:
     origin = sender.get("series_origin_monotonic_s") or 0.0
     series = {name: list(values) for name, values in (cc.get("series") or {}).items()}
     series["t_s"] = [origin + t for t in series.get("t_s", [])]
-    np_summary = (sender.get("receiver") or {}).get("np") or {}
-    np_series = np_summary.get("series") or {}
+    receiver = sender.get("receiver") or {}
+    np_origin = receiver.get("series_origin_monotonic_s") or 0.0
+    np_series = (receiver.get("np") or {}).get("series") or {}
     return {"name": cc.get("name"), "series": series,
-            "cnps_sent": {"t_s": list(np_series.get("t_s", [])),
+            "cnps_sent": {"t_s": [np_origin + t for t in np_series.get("t_s", [])],
                           "count": list(np_series.get("cnps_sent", []))}}
 
 

@@ -356,7 +356,8 @@ def test_cc_series_are_put_on_the_monotonic_clock():
     sender = {"series_origin_monotonic_s": 100.0,
               "cc": {"name": "dcqcn", "series": {"t_s": [0.0, 0.5], "rate_bps": [2e7, 1e7],
                                                  "alpha": [1.0, 0.9], "cnps_received": [0, 1]}},
-              "receiver": {"np": {"series": {"t_s": [100.4], "cnps_sent": [1]}}}}
+              "receiver": {"series_origin_monotonic_s": 99.0,  # its own origin
+                           "np": {"series": {"t_s": [1.4], "cnps_sent": [1]}}}}
     series = cc_series(sender)
     assert series["name"] == "dcqcn" and series["series"]["t_s"] == [100.0, 100.5]
     assert series["cnps_sent"] == {"t_s": [100.4], "count": [1]}

@@ -175,7 +175,8 @@ class ServedConnection:
             "opcode": self.opcode, "message_bytes": self.size, "errors": self.errors,
             "qp": self.engine.qp_stats(self.qp),
             "np": relative_series(self.qp.np.summary() if self.qp.np is not None else None,
-                                  self.created_s, SERIES_MAX_POINTS)})
+                                  self.created_s, SERIES_MAX_POINTS),
+            "series_origin_monotonic_s": self.created_s})
         self.chan.send({"result": self.result})
         return True
 

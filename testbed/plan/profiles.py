@@ -106,18 +106,27 @@ def drained_bytes(rate_bytes_per_s: int, elapsed_ns: int) -> int:
 
 
 def virtual_queue_step(queue_bytes: int, elapsed_ns: int, packet_bytes: int,
-                       rate_bytes_per_s: int, limit_bytes: int) -> tuple[int, int, bool]:
-    """One packet arriving ``elapsed_ns`` after the previous one at a FIFO that held
-    ``queue_bytes`` just after that one: the Lindley recursion of the marker.
+                       rate_bytes_per_s: int, limit_bytes: int) -> tuple[int, int, bool, int]:
+    """One packet arriving ``elapsed_ns`` after the FIFO's drain clock at a FIFO that held
+    ``queue_bytes`` then: the Lindley recursion of the marker.
 
-    Returns (backlog the packet finds, backlog after it, whether the FIFO drops it). The
-    packet joins at the end of the interval, so it does not drain during it; it is dropped,
-    as by a bfifo, when backlog + packet > limit.
+    Returns (backlog the packet finds, backlog after it, whether the FIFO drops it, the
+    nanoseconds the drain clock advances). The packet joins at the end of the interval, so
+    it does not drain during it; it is dropped, as by a bfifo, when backlog + packet > limit.
+    The queue drains in whole bytes, and while it stays busy the clock advances only by the
+    time those bytes took: the part of a byte left over carries to the next packet instead of
+    being lost (lost, it made the queue drain up to a byte per packet slow, and with a queue
+    that never empties the model ran 12 KB above the real one after 12 s at 1,650 packets a
+    second). An emptied queue takes the whole interval.
     """
-    backlog = max(0, queue_bytes - drained_bytes(rate_bytes_per_s, elapsed_ns))
+    drained = drained_bytes(rate_bytes_per_s, elapsed_ns)
+    if queue_bytes > drained:
+        backlog, used_ns = queue_bytes - drained, drained * NSEC_PER_S // rate_bytes_per_s
+    else:
+        backlog, used_ns = 0, elapsed_ns
     if backlog + packet_bytes > limit_bytes:
-        return backlog, backlog, True
-    return backlog, backlog + packet_bytes, False
+        return backlog, backlog, True, used_ns
+    return backlog, backlog + packet_bytes, False, used_ns
 
 
 # --- traffic classes --------------------------------------------------------------------------

@@ -202,29 +202,47 @@ RATE_50MBIT_BYTES_PER_S = 6_250_000
 def test_virtual_queue_drains_at_the_rate_before_the_packet_joins():
     # 1 ms at 50 Mbit/s drains 6250 B of 10000 B; the 1500 B packet then joins.
     assert virtual_queue_step(10_000, 1_000_000, 1500, RATE_50MBIT_BYTES_PER_S, 100_000) == (
-        3_750, 5_250, False)
+        3_750, 5_250, False, 1_000_000)
     # Idle long enough, the queue is empty and the packet finds nothing.
     assert virtual_queue_step(10_000, 10**9, 1500, RATE_50MBIT_BYTES_PER_S, 100_000) == (
-        0, 1_500, False)
+        0, 1_500, False, 10**9)
 
 
 def test_virtual_queue_drops_like_a_bfifo():
     assert virtual_queue_step(9_000, 0, 1500, RATE_50MBIT_BYTES_PER_S, 10_000) == (
-        9_000, 9_000, True)
+        9_000, 9_000, True, 0)
     assert virtual_queue_step(8_500, 0, 1500, RATE_50MBIT_BYTES_PER_S, 10_000) == (
-        8_500, 10_000, False)
+        8_500, 10_000, False, 0)
 
 
 def test_arrivals_at_the_rate_hold_one_packet_and_faster_arrivals_build_a_queue():
     gap_ns = 240_000  # 1500 B at 50 Mbit/s
     queue = 0
     for _ in range(100):
-        backlog, queue, _ = virtual_queue_step(queue, gap_ns, 1500, RATE_50MBIT_BYTES_PER_S, 10**6)
+        backlog, queue, _, _ = virtual_queue_step(queue, gap_ns, 1500, RATE_50MBIT_BYTES_PER_S,
+                                                  10**6)
         assert backlog == 0 and queue == 1500
     queue = 0
     for _ in range(100):  # twice the rate: each packet adds half a packet
-        _, queue, _ = virtual_queue_step(queue, gap_ns // 2, 1500, RATE_50MBIT_BYTES_PER_S, 10**6)
+        _, queue, _, _ = virtual_queue_step(queue, gap_ns // 2, 1500, RATE_50MBIT_BYTES_PER_S,
+                                            10**6)
     assert queue == 1500 + 99 * 750
+
+
+def test_a_busy_queue_carries_fractions_of_a_byte_from_packet_to_packet():
+    # 20 Mbit/s drains 1500.5 B in 600.2 us; 1500 B packets that far apart shrink the queue by
+    # half a byte each. Dropping the half byte at every packet would hold it at 40 KB.
+    rate, gap_ns, packets = 2_500_000, 600_200, 10_000
+    queue = 40_000
+    for _ in range(packets):
+        backlog, queue, _, used_ns = virtual_queue_step(queue, gap_ns, 1500, rate, 10**6)
+        gap_carried_ns = gap_ns - used_ns
+        assert 0 <= gap_carried_ns < NSEC_PER_BYTE_AT_20MBIT
+        gap_ns = 600_200 + gap_carried_ns
+    assert abs(queue - (40_000 - packets // 2)) <= 1
+
+
+NSEC_PER_BYTE_AT_20MBIT = 400
 
 
 # --- scaling from the anchors -----------------------------------------------------------------
@@ -795,15 +813,17 @@ def test_native_marker_follows_the_python_rules(tmp_path, ecn, seed):
     assert len(frames) == len(packets)
 
     expected = dict.fromkeys((name for name, _ in COUNTERS_LAYOUT), 0)
-    queue = last_ns = 0
+    queue = clock_ns = last_ns = 0
     for (ifindex, now, wire_len, rnd, sent), received in zip(packets, frames):
         after = bytes.fromhex(received)
         if ifindex != PORT:
             assert after == sent
             continue
-        elapsed = now - last_ns if now > last_ns else 0
-        backlog, queue, dropped = virtual_queue_step(queue, elapsed, wire_len, rate, LIMIT_BYTES)
-        last_ns = max(last_ns, now)
+        elapsed = now - clock_ns if now > clock_ns else 0
+        backlog, queue, dropped, used_ns = virtual_queue_step(queue, elapsed, wire_len, rate,
+                                                              LIMIT_BYTES)
+        clock_ns += used_ns
+        last_ns = now
         expected["packets"] += 1
         expected["bytes"] += wire_len
         expected["max_queue_bytes"] = max(expected["max_queue_bytes"], queue)

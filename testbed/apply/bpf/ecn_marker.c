@@ -76,7 +76,10 @@ struct ecn_state {
 	struct bpf_spin_lock lock;
 	__u32 pad;
 	__u64 queue_bytes; /* backlog right after the last packet was enqueued */
-	__u64 last_ns;     /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) of that packet */
+	__u64 last_ns;     /* drain clock (CLOCK_MONOTONIC ns): the queue has drained up to
+			    * here. The latest packet's bpf_ktime_get_ns() when the queue was
+			    * empty; while it is busy, less the time of the byte still draining,
+			    * so that fractions of a byte carry from packet to packet. */
 };
 
 /* Per-port counters since the entry was created (or reset by the testbed). */
@@ -140,9 +143,8 @@ static __always_inline void *lookup_or_init(void *map, __u32 *key, const void *z
 	return bpf_map_lookup_elem(map, key);
 }
 
-/* Whole bytes the queue drains at rate_bytes_per_s in elapsed_ns. The fraction is lost at
- * each packet, so the virtual queue drains at most one byte per packet slower than the
- * link: under 0.1% with 1500-byte frames. */
+/* Whole bytes the queue drains at rate_bytes_per_s in elapsed_ns. The fraction is not
+ * lost: the drain clock (ecn_state.last_ns) advances only by the time the whole bytes took. */
 static __always_inline __u64 drained_bytes(__u64 rate_bytes_per_s, __u64 elapsed_ns)
 {
 	__u64 secs = elapsed_ns / NSEC_PER_SEC;
@@ -244,15 +246,20 @@ int ecn_marker(struct __sk_buff *skb)
 	/* Another CPU may have stamped a later time after we read the clock: no drain then. */
 	elapsed = now > st->last_ns ? now - st->last_ns : 0;
 	drained = drained_bytes(cfg->rate_bytes_per_s, elapsed);
-	backlog = st->queue_bytes > drained ? st->queue_bytes - drained : 0;
+	if (st->queue_bytes > drained) {
+		/* drained < queue_bytes < 2^32, so drained * 1e9 fits in 64 bits */
+		backlog = st->queue_bytes - drained;
+		st->last_ns += drained * NSEC_PER_SEC / cfg->rate_bytes_per_s;
+	} else {
+		backlog = 0;
+		st->last_ns += elapsed;
+	}
 	queue = backlog;
 	if (backlog + len > cfg->limit_bytes)
 		dropped = 1;
 	else
 		queue = backlog + len;
 	st->queue_bytes = queue;
-	if (now > st->last_ns)
-		st->last_ns = now;
 	if (queue > ctr->max_queue_bytes)
 		ctr->max_queue_bytes = queue;
 	bpf_spin_unlock(&st->lock);

@@ -31,7 +31,10 @@ def test_the_harness_takes_loss_impairments_without_netem(tmp_path):
      {("loss-0", "RoCE goodput without loss"), ("loss-1", "RoCE's goodput falls faster than TCP's"),
       (None, "RoCE data verified"), ("loss-0", "RoCE sample decodes as InfiniBand BTH"),
       ("loss-0", "RoCE sample ICRC verified by scapy")}),
-    ("roce-dcqcn", {"params.senders": [2], "params.seconds": 25, "params.settle_s": 10},
+    # the scenario's own 80 s and 55 s to settle: DCQCN needs them to converge from an
+    # unequal start (25 s with 10 to settle judged 2 QPs at 6.86 and 12.92 Mbit/s;
+    # tests/unit/test_dcqcn_convergence.py), so only the 4-QP setup is left out
+    ("roce-dcqcn", {"params.senders": [2]},
      {("n2-dcqcn", "DCQCN flows share fairly"), ("n2-dcqcn", "mean queue between Kmin and Kmax"),
       ("n2-dcqcn", "utilisation with DCQCN"),
       ("n2-none", "without congestion control the queue fills")}),

@@ -43,9 +43,10 @@ class RoceDcqcnParams(BottleneckParams):
 
     senders: Annotated[list[Annotated[int, Field(ge=2, le=4)]], Distinct] = Field(
         [2, 4], min_length=1, description="DCQCN flows into the bottleneck, e.g. 2,4")
-    seconds: int = Field(40, ge=5, le=600, description="seconds the flows run")
-    settle_s: float = Field(15.0, ge=0, le=600, description="seconds left out while the "
-                            "rates converge")
+    seconds: int = Field(80, ge=5, le=600, description="seconds the flows run")
+    settle_s: float = Field(55.0, ge=0, le=600, description="seconds left out while the "
+                            "rates converge (55 s at 20 Mbit/s; DCQCN's timers scale with "
+                            "40 Gbit/s / link, so its convergence takes 20/rate as long)")
     buffer_bytes: int = Field(1_000_000, ge=1, le=U32_MAX, description="every port's buffer "
                               "per class (holds Kmax and PFC's headroom)")
     no_cc_setup: bool = Field(True, description="also run the largest count without "

@@ -126,8 +126,7 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
     so they go away with it. Its NIC's queue is the port plan of ``queue`` (class queues only
-    when it has traffic classes, else a host's transmit queue: ``port_queue.host_queue``; no
-    marking) with the link's
+    when it has traffic classes, ``port_queue.host_queue``; no marking) with the link's
     impairment from ``impairments`` (interface -> Impairment). Its offloads are turned off
     unless ``offloads_on`` (the datapath passes offloaded packets); then its GSO packets are
     kept to about a millisecond of its link (``port_queue.gso_max_bytes``), and since only
@@ -150,8 +149,7 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         *(f"neigh replace {h.ip} lladdr {h.mac} dev {intf} nud permanent"
           for h in fabric.hosts if h.name != host),
     ]
-    tc_batch = port_plan(intf, link.rate_mbit, fabric.mtu_bytes,
-                         host_queue(queue, fabric.mtu_bytes),
+    tc_batch = port_plan(intf, link.rate_mbit, fabric.mtu_bytes, host_queue(queue),
                          impairment=(impairments or {}).get(intf)).tc
     lines = [
         "set -e",

@@ -139,7 +139,7 @@ class RttProbe:
         self.net, self.src, self.dst, self.interval_s = net, src, dst, interval_s
         self.hops = path_hops(net.fabric, src, dst) + path_hops(net.fabric, dst, src)
         self.handles = sorted(Handles.buffers(net.queue))
-        self.host_handles = sorted(Handles.buffers(host_queue(net.queue, net.fabric.mtu_bytes)))
+        self.host_handles = sorted(Handles.buffers(host_queue(net.queue)))
         self.host_readers: list[tuple[object, float | None]] = []
         self.idle_ms: float | None = None
         self.samples: list[tuple[float, float]] = []

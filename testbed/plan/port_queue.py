@@ -74,15 +74,6 @@ from testbed.plan.profiles import DEFAULT_PRIORITY, PFC_CLASSES, QueueConfig, Tr
 # than 8 full frames.
 DEFAULT_BUFFER_S = 0.050
 MIN_BUFFER_FRAMES = 8
-# A host's NIC queues as a Linux host's does: its transmit queue holds txqueuelen packets
-# (1000, the kernel's default for an Ethernet device), and TCP small queues keep each
-# socket's share of it to about two packets, so a host does not drop its own sends. A
-# switch port's buffer there (8 jumbo frames at 6 Mbit/s) dropped the bursts of a ring's
-# four channel sockets; a socket whose send the qdisc dropped with nothing in flight waits
-# for a timer, and the ring AllGather at 2 MiB ran at 52-55% of the link (runs
-# 20261202-184509-collectives-sweep-7d47, 20261204-124252-collectives-sweep-0988: 150-180
-# drops at each host's NIC, none at the switches).
-HOST_TXQUEUE_FRAMES = 1000
 HTB_OVERHEAD_BYTES = 64  # a quantum and a tbf bucket of one frame plus this
 # An HTB class's token bucket holds this much of the link's time. HTB sends when its timer
 # or the next packet wakes it; a wake-up that comes late (softirq work deferred to ksoftirqd,
@@ -502,15 +493,7 @@ def switch_queue_plan(fabric: Fabric, queue: QueueConfig | None = None,
     return QueuePlan(tc, bpftool, ports)
 
 
-def host_buffer_bytes(mtu_bytes: int) -> int:
-    """A host NIC's drop-tail buffer: ``HOST_TXQUEUE_FRAMES`` full frames."""
-    return HOST_TXQUEUE_FRAMES * mtu_bytes
-
-
-def host_queue(queue: QueueConfig | None, mtu_bytes: int) -> QueueConfig:
+def host_queue(queue: QueueConfig | None) -> QueueConfig | None:
     """What a host's NIC queues with: the class queues of ``queue`` when it has traffic
-    classes (so PFC can pause its lossless class), else a Linux host's transmit queue
-    (``host_buffer_bytes``), not a switch port's buffer."""
-    if queue is not None and queue.uses_classes:
-        return queue
-    return QueueConfig(host_buffer_bytes(mtu_bytes))
+    classes (so PFC can pause its lossless class), else a default buffer."""
+    return queue if queue is not None and queue.uses_classes else None

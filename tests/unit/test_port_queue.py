@@ -351,9 +351,8 @@ def test_a_queue_needs_a_shaped_switch_port():
 
 
 def test_a_hosts_nic_queues_by_class_only_with_classes():
-    # without classes, a Linux host's transmit queue of 1000 frames, unmarked
-    assert host_queue(None, 9000) == QueueConfig(9_000_000)
-    assert host_queue(QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)), 1500) == QueueConfig(1_500_000)
-    assert host_queue(pfc_queue(), 1500) == pfc_queue()
+    assert host_queue(None) is None
+    assert host_queue(QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES))) is None
+    assert host_queue(pfc_queue()) == pfc_queue()
     classes = QueueConfig(BUFFER_BYTES, class_queues=True)
-    assert host_queue(classes, 1500) is classes
+    assert host_queue(classes) is classes

@@ -18,16 +18,17 @@ import random
 import pytest
 
 from testbed.experiments.roce_dcqcn.checks import MIN_JAIN
-from testbed.measure.stats import jain_index
-from testbed.plan.profiles import RedEcn, mark_probability
+from testbed.harness.roce_setups import dcqcn_red_bytes, roce_frame_bytes
 from testbed.harness.scenario import parse_yaml, read_text
+from testbed.measure.stats import jain_index
+from testbed.plan.profiles import mark_probability
 from testbed.traffic.roce.cc.dcqcn import NotificationPoint, ReactionPoint, params_for_link
 
-FRAME_BYTES = 1024 + 70        # a RoCE WRITE frame at path MTU 1024: payload and headers
 ONE_WAY_DELAY_S = 100e-6       # propagation and the hosts' stacks, each way
 SCENARIO = parse_yaml(read_text("roce-dcqcn"), "roce-dcqcn")  # the bundled scenario
 LINK_BPS = SCENARIO["link_rate_mbit"] * 1e6
-PROFILE = RedEcn(5_000, 200_000, 0.01)   # the scenario's ports (testbed/harness/roce_setups)
+FRAME_BYTES = roce_frame_bytes(SCENARIO["params"]["roce_mtu_bytes"])  # a full RoCE frame
+PROFILE, _ = dcqcn_red_bytes(SCENARIO["link_rate_mbit"])  # the scenario's ports' RED-ECN
 UNEQUAL_STARTS_BPS = [(10e6, 5e6), (10e6, 2.5e6)]  # one cut apart, two cuts apart
 SEEDS = range(3)
 SHORT_WINDOW_S = (10, 25)      # what the shortened test judged before (25 s, settle 10)

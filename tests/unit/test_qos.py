@@ -233,16 +233,14 @@ def test_a_busy_queue_carries_fractions_of_a_byte_from_packet_to_packet():
     # 20 Mbit/s drains 1500.5 B in 600.2 us; 1500 B packets that far apart shrink the queue by
     # half a byte each. Dropping the half byte at every packet would hold it at 40 KB.
     rate, gap_ns, packets = 2_500_000, 600_200, 10_000
+    byte_ns = 10**9 // rate  # 400 ns
     queue = 40_000
     for _ in range(packets):
         backlog, queue, _, used_ns = virtual_queue_step(queue, gap_ns, 1500, rate, 10**6)
-        gap_carried_ns = gap_ns - used_ns
-        assert 0 <= gap_carried_ns < NSEC_PER_BYTE_AT_20MBIT
-        gap_ns = 600_200 + gap_carried_ns
+        carried_ns = gap_ns - used_ns
+        assert 0 <= carried_ns < byte_ns  # less than a byte's time waits for the next packet
+        gap_ns = 600_200 + carried_ns
     assert abs(queue - (40_000 - packets // 2)) <= 1
-
-
-NSEC_PER_BYTE_AT_20MBIT = 400
 
 
 # --- scaling from the anchors -----------------------------------------------------------------

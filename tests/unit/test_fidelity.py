@@ -108,3 +108,113 @@ def test_a_saturated_thread_is_flagged_even_with_machine_cpu_to_spare(cores, tru
     assert outcomes["pause agent busiest thread"] == "PASS"
     assert v.to_dict()["threads"]["ovs-vswitchd"] == {"thread": "ovs-vswitchd",
                                                       "cores": round(cores, 4)}
+
+
+# --- the ports' queues: standing backlogs must drain at their rate; the marker must follow ----
+
+from testbed.apply.pfc_runtime import paused_within  # noqa: E402
+from testbed.measure.fidelity import (  # noqa: E402
+    MARKER_DIVERGENCE_RANGE_FRACTION,
+    MARKER_DIVERGENCE_SLACK_FRAMES,
+    MIN_BACKLOGGED_DELIVERY_FRACTION,
+    MIN_QUEUE_SAMPLES,
+    STANDING_BACKLOG_FRAMES,
+    STANDING_SAMPLE_FRACTION,
+    backlog_checks,
+    backlogged_delivery,
+    marker_divergence,
+    marker_tolerance_bytes,
+    standing_ports,
+)
+from testbed.plan.profiles import RedEcn, StepEcn  # noqa: E402
+
+FRAME = 1514
+T = [0.25 * i for i in range(41)]  # 10 s of samples
+FULL = (0.0, 10.0)
+
+
+def test_a_port_stands_when_half_its_samples_hold_two_frames():
+    floor = STANDING_BACKLOG_FRAMES * FRAME
+    half = int(len(T) * STANDING_SAMPLE_FRACTION) + 1
+    backlog = {"a->b": [floor] * half + [0] * (len(T) - half),
+               "b->a": [floor - 1] * len(T),  # never two frames
+               "c->d": [floor] * (half - 2) + [0] * (len(T) - half + 2)}
+    assert set(standing_ports(T, backlog, FULL, FRAME)) == {"a->b"}
+
+
+def test_too_few_samples_decide_nothing():
+    t = T[:MIN_QUEUE_SAMPLES - 1]
+    assert standing_ports(t, {"a->b": [10**6] * len(t)}, FULL, FRAME) == {}
+
+
+def test_only_the_window_counts():
+    backlog = {"a->b": [10**6 if t < 5 else 0 for t in T]}
+    assert standing_ports(T, backlog, (0.0, 4.75), FRAME) == {"a->b": 1.0}
+    assert standing_ports(T, backlog, (5.0, 10.0), FRAME) == {}
+
+
+def test_delivery_of_a_standing_port_discounts_the_time_pfc_paused_it():
+    delivery = backlogged_delivery({"a->b": 1.0, "c->d": 1.0, "e->f": 1.0},
+                                   {"a->b": 9.0, "c->d": 4.5, "e->f": 0.0},
+                                   {"a->b": 10.0, "c->d": 10.0, "e->f": 10.0},
+                                   {"c->d": 5.0, "e->f": 10.0}, 10.0)
+    assert delivery == pytest.approx({"a->b": 0.9, "c->d": 0.9, "e->f": 1.0})
+
+
+def test_a_slow_backlogged_port_fails_the_run_and_is_named():
+    ok = MIN_BACKLOGGED_DELIVERY_FRACTION
+    checks, problems = backlog_checks({"a->b": ok, "c->d": ok - STEP}, None)
+    assert [c.passed for c in checks] == [False] and checks[0].measured == round(ok - STEP, 4)
+    assert "c->d" in problems[0] and "below" in problems[0]
+    checks, problems = backlog_checks({"a->b": ok}, None)
+    assert checks[0].passed and not problems
+    checks, problems = backlog_checks({}, None)
+    assert checks[0].passed and checks[0].measured is None and not problems
+    assert backlog_checks(None, None) == ([], [])
+
+
+def test_a_run_whose_queues_could_not_be_read_is_not_trusted():
+    checks, problems = backlog_checks({"error": "OSError: gone"}, None)
+    assert checks[0].passed is None and "OSError: gone" in problems[0]
+    v = judge(**GOOD, backlogged={"error": "OSError: gone"})
+    assert not v.trustworthy
+
+
+def test_marker_tolerance_is_a_quarter_of_the_marking_range_plus_two_frames():
+    slack = MARKER_DIVERGENCE_SLACK_FRAMES * FRAME
+    assert marker_tolerance_bytes(StepEcn(30_000), FRAME) == \
+        int(MARKER_DIVERGENCE_RANGE_FRACTION * 30_000 + slack)
+    assert marker_tolerance_bytes(RedEcn(5_000, 200_000, 0.01), FRAME) == \
+        int(MARKER_DIVERGENCE_RANGE_FRACTION * 195_000 + slack)
+
+
+def test_marker_divergence_is_a_high_percentile_of_the_paired_gap():
+    real = {"a->b": [1000] * len(T)}
+    model = {"a->b": [1000] * (len(T) - 1) + [90_000]}  # one outlier of 41: below p95
+    out = marker_divergence(T, model, real, FULL)["a->b"]
+    assert out["abs_bytes"] < 90_000 and out["samples"] == len(T)
+    drifted = {"a->b": [1000 + 100 * i for i in range(len(T))]}
+    assert marker_divergence(T, drifted, real, FULL)["a->b"]["abs_bytes"] > 3000
+
+
+def test_a_drifting_marker_fails_the_run():
+    tol = marker_tolerance_bytes(StepEcn(30_000), FRAME)
+    near = {"abs_bytes": tol, "mean_bytes": 0, "samples": 40, "tolerance_bytes": tol}
+    far = {**near, "abs_bytes": tol + 1}
+    checks, problems = backlog_checks(None, {"a->b": near, "c->d": far})
+    assert checks[0].passed is False and "c->d" in problems[0]
+    v = judge(**GOOD, marker={"a->b": near})
+    assert v.trustworthy and v.checks[-1].name == "ECN marker's model follows the real queue"
+    assert not judge(**GOOD, marker={"c->d": far}).trustworthy
+
+
+def test_paused_time_is_the_union_of_the_priorities_pauses_within_the_window():
+    events = [{"t": 1.0, "event": "pause", "intf": "s1-eth1", "priority": 3},
+              {"t": 2.0, "event": "pause", "intf": "s1-eth1", "priority": 4},
+              {"t": 3.0, "event": "resume", "intf": "s1-eth1", "priority": 3},
+              {"t": 4.0, "event": "resume", "intf": "s1-eth1", "priority": 4},
+              {"t": 5.0, "event": "xoff_sent", "intf": "s1-eth2", "priority": 3},
+              {"t": 8.0, "event": "pause", "intf": "h1-eth0", "priority": 3}]  # still open
+    assert paused_within(events, 0.0, 10.0) == pytest.approx({"s1-eth1": 3.0, "h1-eth0": 2.0})
+    assert paused_within(events, 2.5, 9.0) == pytest.approx({"s1-eth1": 1.5, "h1-eth0": 1.0})
+    assert paused_within(events, 4.5, 7.0) == {}

@@ -158,3 +158,38 @@ def test_the_sampler_never_reads_a_clock_tick_as_many_cores():
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_the_sampler_keeps_queue_series_aligned_and_stops_on_a_failing_read():
+    import time
+
+    from testbed.measure.telemetry import QueueReaders
+
+    readings = iter([{"a->b": 5}, {"a->b": 6, "c->d": 7}, {"c->d": 8}])
+    models = iter([{}, {"c->d": 1}, {"c->d": 2}])
+
+    def backlogs():
+        try:
+            return next(readings)
+        except StopIteration:
+            raise OSError("gone") from None
+
+    with Sampler([], [], interval_s=0.02,
+                 queues=QueueReaders(backlogs, lambda: next(models, {}))) as sampler:
+        time.sleep(0.3)
+    s = sampler.series
+    assert len(s.queue_t_s) == 3 and s.queue_error == "OSError: gone"
+    assert s.backlog_bytes == {"a->b": [5, 6, 0], "c->d": [0, 7, 8]}
+    assert s.model_bytes == {"c->d": [0, 1, 2]}
+    assert len(s.t_s) > 3  # the rest of the sampling went on
+
+
+def test_every_shaped_link_has_an_egress_port_per_direction(fabric, directions):
+    from testbed.apply.backlogs import shaped_ports
+
+    ports = shaped_ports(fabric)
+    assert {p.label for p in ports} == set(directions)
+    host_port = next(p for p in ports if p.label.startswith(fabric.hosts[0].name + "->"))
+    link, end = fabric.host_link(fabric.hosts[0].name)
+    assert host_port.host and host_port.intf == link.intf(end)
+    assert host_port.rate_mbit == directions[host_port.label].rate_mbit

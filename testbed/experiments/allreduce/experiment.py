@@ -22,8 +22,8 @@ from pydantic import Field, field_validator
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
 from testbed.harness.experiment import Experiment, Params, SetupRun
-from testbed.harness.ranks import all_ranks_window, collect_ranks, window_of
-from testbed.harness.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
+from testbed.drive.ranks import all_ranks_window, collect_ranks, window_of
+from testbed.experiments.roce_common.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
 from testbed.measure.stats import jain_index
 from testbed.model.verdict import at_least, holds
 from testbed.plan.port_queue import default_buffer_bytes

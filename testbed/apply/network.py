@@ -126,8 +126,8 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
-    so they go away with it. Its NIC's queue is the port plan of ``queue`` (class queues only
-    when it has traffic classes, ``port_queue.host_queue``; no marking) with the link's
+    so they go away with it. Its NIC's queue is the port plan of ``queue`` at the link's rate
+    (class queues only with traffic classes, ``port_queue.host_queue``; no marking), the link's
     impairment from ``impairments`` (interface -> Impairment). Its offloads are turned off
     unless ``offloads_on`` (the datapath passes offloaded packets); then its GSO packets are
     kept to about a millisecond of its link (``port_queue.gso_max_bytes``), and since only

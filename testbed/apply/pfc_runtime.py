@@ -87,9 +87,12 @@ class PauseAgentProcess:
                 raise TestbedError(f"the PFC pause agent did not start within "
                                    f"{START_TIMEOUT_S:.0f} s; see {self.workdir / LOG_FILE}")
             time.sleep(0.05)
+        rates = self.queue.by_rate
+        thresholds = "; ".join(f"XOFF {q.pfc.xoff_bytes} B, XON {q.pfc.xon_bytes} B"
+                               + (f" at {q.rate_mbit:g} Mbit/s" if len(rates) > 1 else "")
+                               for q in rates)
         self.log(f"PFC: pause agent watching {sum(map(len, self.plan.switch_ports.values()))} "
-                 f"switch ports every {self.plan.poll_s * 1000:g} ms (XOFF "
-                 f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)"
+                 f"switch ports every {self.plan.poll_s * 1000:g} ms ({thresholds})"
                  + (f", on CPU {','.join(map(str, cpus))} with the hosts" if cpus else ""))
 
     def _log_tail(self) -> str:

@@ -394,9 +394,10 @@ class Watch:
         delivery = backlogged_delivery(standing, self.rates_mbit(window_s), rates, paused,
                                        window_s[1] - window_s[0])
         marker = None
-        if s.model_bytes:
-            ecn = self.net.queue.ecn
-            marker = {label: {**entry, "tolerance_bytes": marker_tolerance_bytes(ecn, frame)}
+        if s.model_bytes:  # each port judged by the thresholds of its own link's rate
+            queue = self.net.queue
+            marker = {label: {**entry, "tolerance_bytes": marker_tolerance_bytes(
+                          queue.for_rate(self.directions[label].rate_mbit).ecn, frame)}
                       for label, entry in marker_divergence(s.queue_t_s, s.model_bytes,
                                                             s.backlog_bytes, window_s).items()}
         return delivery, marker

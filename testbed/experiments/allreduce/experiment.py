@@ -12,6 +12,7 @@ uplinks, TCP retransmissions, queue drops, and whether the emulator kept up.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -211,9 +212,13 @@ ROCE_PATH_MTUS = (4096, 2048, 1024, 512, 256)
 
 
 def port_buffer_bytes(queue, rate_mbit: float, mtu_bytes: int) -> int:
-    """A switch port's buffer: the setup's queue's, else the default one."""
-    return queue.buffer_bytes if queue is not None else default_buffer_bytes(rate_mbit,
-                                                                             mtu_bytes)
+    """A switch port's buffer: the setup's queue's, else the default one. Where its links run
+    at several rates (``QueueConfig.for_rate``), the buffer that takes longest to drain, as
+    the bytes that take as long at ``rate_mbit``."""
+    if queue is None:
+        return default_buffer_bytes(rate_mbit, mtu_bytes)
+    return max(q.buffer_bytes if q.rate_mbit in (None, rate_mbit)
+               else math.ceil(q.buffer_bytes * rate_mbit / q.rate_mbit) for q in queue.by_rate)
 
 
 def transport_argv(transport: str, rate_mbit: float, channels: int, mtu_bytes: int,

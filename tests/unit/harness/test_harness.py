@@ -204,7 +204,7 @@ def test_queue_plan_defaults_the_buffer_to_50_ms_and_records_why():
 
 
 def test_queue_plan_with_pfc_and_ecn_sizes_headroom_per_feeding_port():
-    fabric = fat_tree(4)
+    fabric = fat_tree(4, host_rate_mbit=20.0)
     queue, record = queue_plan(QueueSpec(buffer_bytes=600_000, pfc=True, ecn={"scheme": "dctcp"}),
                                20.0, MTU, fabric)
     assert queue.uses_classes and queue.pfc is not None and queue.ecn is not None

@@ -522,8 +522,11 @@ def test_agent_plan_covers_every_shaped_interface_with_its_peer():
     for link in fab.links:
         for end, node in ((0, link.a), (1, link.b)):
             info = plan.interfaces[link.intf(end)]
+            watched = ({} if fab.nodes[node].is_host else
+                       {"xoff_bytes": queue.pfc.xoff_bytes, "xon_bytes": queue.pfc.xon_bytes})
             assert info == {"node": node, "host": fab.nodes[node].is_host,
-                            "rate_mbit": link.rate_mbit, "peer": link.intf(1 - end)}
+                            "rate_mbit": link.rate_mbit, "peer": link.intf(1 - end),
+                            "buffer_bytes": BUFFER_BYTES, **watched}
     for intf, info in plan.interfaces.items():
         assert plan.interfaces[info["peer"]]["peer"] == intf
     expected_ports: dict[str, list[str]] = {}
@@ -535,8 +538,8 @@ def test_agent_plan_covers_every_shaped_interface_with_its_peer():
     assert all(not plan.interfaces[i]["host"] for ports in plan.switch_ports.values()
                for i in ports)
     assert plan.priorities == (LOSSLESS,)
-    assert (plan.pfc, plan.mtu_bytes, plan.buffer_bytes, plan.poll_s) == \
-           (queue.pfc, MTU, BUFFER_BYTES, 0.001)
+    assert (plan.quanta, plan.storm_threshold_ms, plan.mtu_bytes, plan.poll_s) == \
+           (queue.pfc.quanta, queue.pfc.storm_threshold_ms, MTU, 0.001)
     assert plan.refresh_s("l0-eth3") == refresh_interval_s(queue.pfc.quanta, RATE_MBIT)
 
 
@@ -1132,8 +1135,8 @@ def test_agent_plan_with_dragonfly_routing_has_no_feeders(routing):
 def test_switch_feeders_fills_queues_no_port_feeds():
     fab = small_spine_leaf()
     plan = agent_plan(fab, pfc_queue(fan_in=switch_fan_in(fab)), poll_s=0.001)
-    partial = AgentPlan(plan.pfc, plan.priorities, plan.mtu_bytes, plan.buffer_bytes,
-                        plan.poll_s, plan.switch_ports, plan.interfaces,
+    partial = AgentPlan(plan.quanta, plan.storm_threshold_ms, plan.priorities,
+                        plan.mtu_bytes, plan.poll_s, plan.switch_ports, plan.interfaces,
                         feeders={"l0-eth3": ["l0-eth1", "l0-eth2"]})
     assert partial.switch_feeders("l0") == {"l0-eth1": [], "l0-eth2": [],
                                            "l0-eth3": ["l0-eth1", "l0-eth2"], "l0-eth4": []}

@@ -582,14 +582,15 @@ class FabricNetwork:
         by_intf = {p.intf: p.label for p in self.shaped_ports}
         return {by_intf[intf]: depth for intf, depth in self.marking.queue_depths().items()}
 
-    def paused_s(self, t0_monotonic: float, t1_monotonic: float) -> dict[str, float]:
-        """Seconds each egress port's lossless class was paused by PFC within the interval,
-        by link direction (only ports that were paused)."""
+    def paused_spans(self, t0_monotonic: float,
+                     t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
+        """When each egress port's lossless class was paused by PFC within the interval
+        (CLOCK_MONOTONIC spans), by link direction; only ports that were paused."""
         if self.pfc is None:
             return {}
         by_intf = {p.intf: p.label for p in self.shaped_ports}
-        return {by_intf[intf]: s for intf, s in
-                self.pfc.paused_s(t0_monotonic, t1_monotonic).items() if intf in by_intf}
+        return {by_intf[intf]: spans for intf, spans in
+                self.pfc.paused_spans(t0_monotonic, t1_monotonic).items() if intf in by_intf}
 
     def pfc_summary(self) -> dict:
         """PFC so far: pause frames sent and received, time paused, storms (from the pause

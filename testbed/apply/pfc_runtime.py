@@ -114,8 +114,9 @@ class PauseAgentProcess:
         except (OSError, ValueError):
             return {}
 
-    def paused_s(self, t0_monotonic: float, t1_monotonic: float) -> dict[str, float]:
-        """Seconds each interface's lossless class was paused within the interval, from the
+    def paused_spans(self, t0_monotonic: float,
+                     t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
+        """When each interface's lossless class was paused within the interval, from the
         agent's events (written every ``SNAPSHOT_S``, so the last fraction of a second may
         not be in yet; a pause still open at the end counts up to it)."""
         try:
@@ -131,10 +132,11 @@ class PauseAgentProcess:
         return paused_within(events, t0_monotonic, t1_monotonic)
 
 
-def paused_within(events: list[dict], t0: float, t1: float) -> dict[str, float]:
-    """Seconds within [t0, t1] each interface had any lossless priority paused, from the
-    pause agent's ``pause`` and ``resume`` events (monotonic ``t``, ``intf``, ``priority``);
-    only interfaces paused at some point of the interval."""
+def paused_within(events: list[dict], t0: float,
+                  t1: float) -> dict[str, list[tuple[float, float]]]:
+    """The disjoint spans within [t0, t1] in which each interface had any lossless priority
+    paused, from the pause agent's ``pause`` and ``resume`` events (monotonic ``t``,
+    ``intf``, ``priority``); only interfaces paused at some point of the interval."""
     open_at: dict[tuple[str, int], float] = {}
     spans: dict[str, list[tuple[float, float]]] = {}
     for event in sorted(events, key=lambda e: e["t"]):
@@ -145,16 +147,19 @@ def paused_within(events: list[dict], t0: float, t1: float) -> dict[str, float]:
             spans.setdefault(key[0], []).append((open_at.pop(key), event["t"]))
     for (intf, _), start in open_at.items():
         spans.setdefault(intf, []).append((start, t1))
-    out = {}
+    out: dict[str, list[tuple[float, float]]] = {}
     for intf, intervals in spans.items():
-        total, reach = 0.0, t0
+        union, reach = [], t0
         for start, end in sorted(intervals):  # union of the priorities' pauses
             start, end = max(start, reach), min(end, t1)
             if end > start:
-                total += end - start
+                if union and union[-1][1] == start:
+                    union[-1] = (union[-1][0], end)
+                else:
+                    union.append((start, end))
                 reach = end
-        if total > 0:
-            out[intf] = total
+        if union:
+            out[intf] = union
     return out
 
 

@@ -57,11 +57,12 @@ STOLEN_NOTE_FRACTION = 0.05
 # A port holds a standing backlog when at least STANDING_BACKLOG_FRAMES full frames wait in
 # its queue in at least STANDING_SAMPLE_FRACTION of the samples of the window (at least
 # MIN_QUEUE_SAMPLES of them): it had something to send nearly all the time, so it must send at
-# its rate, at least MIN_BACKLOGGED_DELIVERY_FRACTION of it over the window, less the time
-# PFC paused it.
+# its rate, at least MIN_BACKLOGGED_DELIVERY_FRACTION of it while it was backlogged (between
+# samples that both found it so), less the time PFC paused it.
 STANDING_BACKLOG_FRAMES = 2
 STANDING_SAMPLE_FRACTION = 0.5
 MIN_QUEUE_SAMPLES = 4
+MIN_BUSY_INTERVALS = 3  # intervals backlogged throughout, for a delivery worth judging
 MIN_BACKLOGGED_DELIVERY_FRACTION = 0.90
 # The eBPF marker's model of a queue may differ from the kernel's reading of that queue by at
 # most a quarter of the marking range (K for step marking, Kmax - Kmin for RED) plus two
@@ -119,18 +120,42 @@ def standing_ports(t_s: list[float], backlog_bytes: dict[str, list[int]],
     return out
 
 
-def backlogged_delivery(standing: dict[str, float], rates_mbit: dict[str, float],
-                        rate_of: dict[str, float], paused_s: dict[str, float],
-                        window_s: float) -> dict[str, float]:
-    """Each standing port's delivery: what it sent over the window against what its rate
-    sends in the part of the window PFC did not pause it (1.0 when paused throughout)."""
+def overlap_s(spans: list[tuple[float, float]], start: float, end: float) -> float:
+    """Seconds of [start, end] covered by ``spans`` (disjoint intervals)."""
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in spans)
+
+
+def backlogged_delivery(t_s: list[float], backlog_bytes: dict[str, list[int]],
+                        sent_bytes: dict[str, list[int]], rate_of: dict[str, float],
+                        paused: dict[str, list[tuple[float, float]]],
+                        window_s: tuple[float, float], frame_bytes: int) -> dict[str, dict]:
+    """Each standing port's delivery while it was backlogged: over the intervals between
+    samples that both found at least ``STANDING_BACKLOG_FRAMES`` frames queued (it had
+    something to send throughout), the bytes it sent (``sent_bytes``: its cumulative byte
+    counter at the same samples) against what its rate sends in the part of those intervals
+    PFC did not pause it (``paused``: its pause spans, in the samples' seconds). A bursty port
+    owes nothing while idle, so its idle time does not count against it. Ports with fewer
+    than ``MIN_BUSY_INTERVALS`` such intervals are not judged."""
+    standing = standing_ports(t_s, backlog_bytes, window_s, frame_bytes)
+    floor = STANDING_BACKLOG_FRAMES * frame_bytes
+    inside = _in_window(t_s, window_s)
     out = {}
     for label in standing:
-        active_s = window_s - min(paused_s.get(label, 0.0), window_s)
-        if label not in rate_of or active_s <= 0:
-            out[label] = 1.0
+        if label not in rate_of or label not in sent_bytes:
             continue
-        out[label] = rates_mbit.get(label, 0.0) / (rate_of[label] * active_s / window_s)
+        backlog, sent = backlog_bytes[label], sent_bytes[label]
+        busy_s, busy_bytes, intervals = 0.0, 0, 0
+        for i, j in zip(inside, inside[1:]):
+            if backlog[i] < floor or backlog[j] < floor:
+                continue
+            intervals += 1
+            busy_s += (t_s[j] - t_s[i]) - overlap_s(paused.get(label, []), t_s[i], t_s[j])
+            busy_bytes += sent[j] - sent[i]
+        if intervals < MIN_BUSY_INTERVALS:
+            continue
+        delivery = (1.0 if busy_s <= 0 else
+                    busy_bytes * 8 / 1e6 / (rate_of[label] * busy_s))
+        out[label] = {"delivery": delivery, "busy_s": round(busy_s, 3), "intervals": intervals}
     return out
 
 
@@ -164,7 +189,7 @@ def marker_tolerance_bytes(ecn, frame_bytes: int) -> int:
 def backlog_checks(delivery: dict[str, float] | None, marker: dict[str, dict] | None,
                    setup: str | None = None) -> tuple[list[Check], list[str]]:
     """The checks (and problems) of the ports' queues: every backlogged port delivered its
-    rate (``delivery``: standing port -> its delivery, ``backlogged_delivery``), and every
+    rate (``delivery``: standing port -> ``backlogged_delivery``'s entry), and every
     marked port's model stayed near the queue (``marker``: port -> ``marker_divergence``'s
     entry with its ``tolerance_bytes``). None: not measured, no check; ``{"error": why}``:
     sampling failed, so the run cannot be trusted."""
@@ -177,21 +202,23 @@ def backlog_checks(delivery: dict[str, float] | None, marker: dict[str, dict] | 
         problems.append(f"the ports' queues could not be read ({delivery['error']}), so "
                         "whether they drained at their rates is unknown")
     elif delivery is not None:
-        worst = min(delivery, key=delivery.get) if delivery else None
-        measured = None if worst is None else round(delivery[worst], 4)
-        ok = worst is None or delivery[worst] >= MIN_BACKLOGGED_DELIVERY_FRACTION
+        fraction = {label: d["delivery"] for label, d in delivery.items()}
+        worst = min(fraction, key=fraction.get) if fraction else None
+        measured = None if worst is None else round(fraction[worst], 4)
+        ok = worst is None or fraction[worst] >= MIN_BACKLOGGED_DELIVERY_FRACTION
         statement = (f"{len(delivery)} ports held a standing backlog; the slowest, {worst}, "
-                     f"sent {delivery[worst]:.0%} of its rate" if worst else
+                     f"sent {fraction[worst]:.0%} of its rate over the "
+                     f"{delivery[worst]['busy_s']:g} s it was backlogged" if worst else
                      "no port held a standing backlog")
         checks.append(Check("backlogged ports deliver their rate", measured,
                             f">= {MIN_BACKLOGGED_DELIVERY_FRACTION:g}", None,
                             "fraction of its rate", ok, statement, setup))
         if not ok:
-            slow = sorted(label for label, f in delivery.items()
+            slow = sorted(label for label, f in fraction.items()
                           if f < MIN_BACKLOGGED_DELIVERY_FRACTION)
             problems.append(f"{len(slow)} backlogged ports sent below "
                             f"{MIN_BACKLOGGED_DELIVERY_FRACTION:.0%} of their rate ({worst}: "
-                            f"{delivery[worst]:.0%}): a shaper drained below its rate")
+                            f"{fraction[worst]:.0%}): a shaper drained below its rate")
     if marker:
         worst = max(marker, key=lambda k: marker[k]["abs_bytes"] / marker[k]["tolerance_bytes"])
         entry = marker[worst]
@@ -214,7 +241,7 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
           emulator_loss_fraction: float, bandwidth_bound: bool = True,
           setup: str | None = None, threads: dict[str, tuple[str, float]] | None = None,
           rtt: dict | None = None, cpu_stolen_fraction: float | None = None,
-          backlogged: dict[str, float] | None = None,
+          backlogged: dict[str, dict] | None = None,
           marker: dict[str, dict] | None = None) -> Verdict:
     """Trustworthy when the CPU had headroom, the switches lost (almost) nothing, every
     backlogged port delivered its rate (``backlogged``), every marker's model followed its
@@ -387,12 +414,14 @@ class Watch:
         if s.queue_error is not None:
             return {"error": s.queue_error}, None
         frame = self.net.fabric.mtu_bytes + ETHERNET_HEADER_BYTES
-        standing = standing_ports(s.queue_t_s, s.backlog_bytes, window_s, frame)
         t0 = self.sampler._t0
-        paused = self.net.paused_s(t0 + window_s[0], t0 + window_s[1]) if standing else {}
+        paused = {label: [(a - t0, b - t0) for a, b in spans] for label, spans in
+                  self.net.paused_spans(t0 + window_s[0], t0 + window_s[1]).items()}
         rates = {label: d.rate_mbit for label, d in self.directions.items() if d.rate_mbit}
-        delivery = backlogged_delivery(standing, self.rates_mbit(window_s), rates, paused,
-                                       window_s[1] - window_s[0])
+        sent = {label: [counts[i] for i in s.queue_index]
+                for label, counts in s.link_bytes.items()}
+        delivery = backlogged_delivery(s.queue_t_s, s.backlog_bytes, sent, rates, paused,
+                                       window_s, frame)
         marker = None
         if s.model_bytes:  # each port judged by the thresholds of its own link's rate
             queue = self.net.queue

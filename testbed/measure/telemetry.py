@@ -156,6 +156,7 @@ class Series:
     # every shaped port's backlog (bytes, by link direction) at times queue_t_s, and, where an
     # eBPF marker marks by a model of the queue, that model read just before
     queue_t_s: list[float] = field(default_factory=list)
+    queue_index: list[int] = field(default_factory=list)  # the t_s sample of the same pass
     backlog_bytes: dict[str, list[int]] = field(default_factory=dict)
     model_bytes: dict[str, list[int]] = field(default_factory=dict)
     queue_error: str | None = None  # why queue sampling stopped early
@@ -264,6 +265,7 @@ class Sampler:
                 if label not in reading:
                     values.append(0)
         s.queue_t_s.append(now - self._t0)
+        s.queue_index.append(len(s.t_s) - 1)
 
 
 def counter_at(t_s: list[float], counts: list[int], at_s: float) -> float:

@@ -153,20 +153,49 @@ def test_only_the_window_counts():
     assert standing_ports(T, backlog, (5.0, 10.0), FRAME) == {}
 
 
-def test_delivery_of_a_standing_port_discounts_the_time_pfc_paused_it():
-    delivery = backlogged_delivery({"a->b": 1.0, "c->d": 1.0, "e->f": 1.0},
-                                   {"a->b": 9.0, "c->d": 4.5, "e->f": 0.0},
-                                   {"a->b": 10.0, "c->d": 10.0, "e->f": 10.0},
-                                   {"c->d": 5.0, "e->f": 10.0}, 10.0)
-    assert delivery == pytest.approx({"a->b": 0.9, "c->d": 0.9, "e->f": 1.0})
+def test_delivery_counts_only_the_intervals_a_port_was_backlogged_throughout():
+    floor = STANDING_BACKLOG_FRAMES * FRAME
+    rate_mbit = 8.0  # one byte per microsecond: 250000 B per 0.25 s interval
+    per_interval = int(rate_mbit * 1e6 / 8 * 0.25)
+    # busy (backlogged) for the first 30 intervals, sending at 90% of the rate; then idle
+    backlog = {"a->b": [floor] * 31 + [0] * 10}
+    sent = {"a->b": [min(i, 30) * int(0.9 * per_interval) for i in range(len(T))]}
+    out = backlogged_delivery(T, backlog, sent, {"a->b": rate_mbit}, {}, FULL, FRAME)
+    assert out["a->b"]["delivery"] == pytest.approx(0.9)
+    assert out["a->b"]["intervals"] == 30 and out["a->b"]["busy_s"] == pytest.approx(7.5)
+
+
+def test_delivery_of_a_backlogged_port_discounts_the_time_pfc_paused_it():
+    floor = STANDING_BACKLOG_FRAMES * FRAME
+    rate_mbit = 8.0
+    per_interval = int(rate_mbit * 1e6 / 8 * 0.25)
+    backlog = {"a->b": [floor] * len(T)}
+    # paused for the second half, sending nothing then
+    sent = {"a->b": [min(i, 20) * per_interval for i in range(len(T))]}
+    out = backlogged_delivery(T, backlog, sent, {"a->b": rate_mbit}, {"a->b": [(5.0, 10.0)]},
+                              FULL, FRAME)
+    assert out["a->b"]["delivery"] == pytest.approx(1.0)
+    whole = backlogged_delivery(T, backlog, sent, {"a->b": rate_mbit}, {}, FULL, FRAME)
+    assert whole["a->b"]["delivery"] == pytest.approx(0.5)
+
+
+def test_a_port_backlogged_in_too_few_intervals_is_not_judged():
+    floor = STANDING_BACKLOG_FRAMES * FRAME
+    backlog = {"a->b": [floor if i % 2 else 0 for i in range(len(T))]}  # never twice in a row
+    backlog["a->b"][:22] = [floor] * 2 + [0, floor] * 10  # half the samples, one pair
+    assert backlogged_delivery(T, backlog, {"a->b": [0] * len(T)}, {"a->b": 8.0}, {}, FULL,
+                               FRAME) == {}
 
 
 def test_a_slow_backlogged_port_fails_the_run_and_is_named():
     ok = MIN_BACKLOGGED_DELIVERY_FRACTION
-    checks, problems = backlog_checks({"a->b": ok, "c->d": ok - STEP}, None)
+    def entry(f):
+        return {"delivery": f, "busy_s": 5.0, "intervals": 20}
+
+    checks, problems = backlog_checks({"a->b": entry(ok), "c->d": entry(ok - STEP)}, None)
     assert [c.passed for c in checks] == [False] and checks[0].measured == round(ok - STEP, 4)
     assert "c->d" in problems[0] and "below" in problems[0]
-    checks, problems = backlog_checks({"a->b": ok}, None)
+    checks, problems = backlog_checks({"a->b": entry(ok)}, None)
     assert checks[0].passed and not problems
     checks, problems = backlog_checks({}, None)
     assert checks[0].passed and checks[0].measured is None and not problems
@@ -208,13 +237,13 @@ def test_a_drifting_marker_fails_the_run():
     assert not judge(**GOOD, marker={"c->d": far}).trustworthy
 
 
-def test_paused_time_is_the_union_of_the_priorities_pauses_within_the_window():
+def test_paused_spans_are_the_union_of_the_priorities_pauses_within_the_window():
     events = [{"t": 1.0, "event": "pause", "intf": "s1-eth1", "priority": 3},
               {"t": 2.0, "event": "pause", "intf": "s1-eth1", "priority": 4},
               {"t": 3.0, "event": "resume", "intf": "s1-eth1", "priority": 3},
               {"t": 4.0, "event": "resume", "intf": "s1-eth1", "priority": 4},
               {"t": 5.0, "event": "xoff_sent", "intf": "s1-eth2", "priority": 3},
               {"t": 8.0, "event": "pause", "intf": "h1-eth0", "priority": 3}]  # still open
-    assert paused_within(events, 0.0, 10.0) == pytest.approx({"s1-eth1": 3.0, "h1-eth0": 2.0})
-    assert paused_within(events, 2.5, 9.0) == pytest.approx({"s1-eth1": 1.5, "h1-eth0": 1.0})
+    assert paused_within(events, 0.0, 10.0) == {"s1-eth1": [(1.0, 4.0)], "h1-eth0": [(8.0, 10.0)]}
+    assert paused_within(events, 2.5, 9.0) == {"s1-eth1": [(2.5, 4.0)], "h1-eth0": [(8.0, 9.0)]}
     assert paused_within(events, 4.5, 7.0) == {}

@@ -147,7 +147,19 @@ def cmd_topo(args) -> int:
 def cmd_doctor(args) -> int:
     from testbed.capabilities import detect, format_report
 
-    print(format_report(detect()))
+    platform, probed, line = detect(), None, ""
+    if args.probe:  # softRoCE between namespaces, by trying (testbed.apply.rxe_probe)
+        from testbed.apply.rxe_probe import probe_platform
+        from testbed.harness.run import machine
+
+        platform, probed, line = probe_platform(platform, machine)
+    print(format_report(platform))
+    if line:
+        from testbed.harness.console import table_text
+
+        print(f"\n{line}")
+        if probed is not None and probed.outcomes:
+            print(table_text(probed.rows(), ("rxe variant", "connected", "detail")))
     return 0
 
 
@@ -493,8 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "results/topo-<name>.png)")
     topo.set_defaults(func=cmd_topo)
 
-    sub.add_parser("doctor", help="what this machine can do and which path each feature takes"
-                   ).set_defaults(func=cmd_doctor)
+    doctor = sub.add_parser("doctor", help="what this machine can do and which path each "
+                            "feature takes")
+    doctor.add_argument("--no-probe", dest="probe", action="store_false",
+                        help="skip the rxe probe (as root where the kernel has rdma_rxe, "
+                        "doctor tries softRoCE between two namespaces of its own)")
+    doctor.set_defaults(func=cmd_doctor)
     sub.add_parser("clean", help="remove what an interrupted run left behind"
                    ).set_defaults(func=cmd_clean)
     add_session_commands(sub)

@@ -313,6 +313,12 @@ def probe_capabilities(
     return caps
 
 
+# TESTBED_DATAPATH=user: the userspace datapath even where the kernel module exists (to
+# compare the two on one machine, as `testbed bench --userspace-datapath` does).
+DATAPATH_ENV = "TESTBED_DATAPATH"
+USERSPACE_DATAPATH = "user"
+
+
 def choose_paths(caps: dict[str, Capability]) -> Paths:
     """Pick each feature's implementation; a capability missing from caps counts as absent."""
 
@@ -326,7 +332,8 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
         tcp_congestion = "cubic+ecn"
     else:
         tcp_congestion = "reno+ecn"  # reno is always built in
-    kernel_datapath = has("ovs_kernel_module")
+    kernel_datapath = (has("ovs_kernel_module")
+                       and os.environ.get(DATAPATH_ENV, "") != USERSPACE_DATAPATH)
     if kernel_datapath:
         offload = "kernel"
     elif has("ovs_userspace_tso") and os.environ.get("TESTBED_USERSPACE_TSO", "1") != "0":
@@ -342,6 +349,11 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
         pfc=PFC_PATH,
         ovs_offload=offload,
     )
+
+
+def fabric_datapath(paths: Paths) -> str:
+    """The ``datapath`` argument of testbed.apply.network.FabricNetwork for ``paths``."""
+    return "kernel" if paths.ovs_datapath == "kernel" else USERSPACE_DATAPATH
 
 
 RXE_NETNS = "rxe_netns"  # the rxe probe's capability (testbed.apply.rxe_probe)

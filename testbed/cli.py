@@ -329,8 +329,14 @@ def cmd_down(args) -> int:
 def cmd_bench(args) -> int:
     from testbed.capacity.bench import run_bench
 
+    if args.userspace_datapath:  # before anything detects this machine's paths
+        import os
+
+        from testbed.capabilities import DATAPATH_ENV, USERSPACE_DATAPATH
+
+        os.environ[DATAPATH_ENV] = USERSPACE_DATAPATH
     run_bench(args.output, tuple(args.k or (4, 8)), log=lambda m: print(f"[bench] {m}", flush=True),
-              ceilings=not args.no_ceilings)
+              ceilings=not args.no_ceilings, lines_only=args.lines_only)
     return 0
 
 
@@ -521,6 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "ceiling on (default: 4 and 8)")
     bench.add_argument("--no-ceilings", action="store_true",
                        help="skip the ring ceiling searches (the longest part)")
+    bench.add_argument("--lines-only", action="store_true",
+                       help="measure the forwarding lines only (no fabrics, failover, RoCE)")
+    bench.add_argument("--userspace-datapath", action="store_true",
+                       help="the userspace datapath everywhere, even where the kernel has the "
+                            "openvswitch module (by default fabrics take the kernel datapath "
+                            "there, and the two-switch line is measured on both)")
     bench.set_defaults(func=cmd_bench)
 
     cal = sub.add_parser("calibrate", help="find the highest link rate this machine emulates "

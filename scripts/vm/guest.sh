@@ -56,7 +56,7 @@ eval "extra_args=(${TESTBED_VM_PYTEST_ARGS:-})"
 start=$(date +%s)
 say "pytest: tests/vm, and tests/integration marked stock_kernel"
 timeout --kill-after=60 "$TESTBED_VM_SUITE_BUDGET_S" \
-  "$PYTHON" -m pytest tests/vm tests/integration -m stock_kernel -v -ra --durations=0 \
+  "$PYTHON" -m pytest tests/vm tests/integration -m stock_kernel -v -rA --durations=0 \
     -p no:cacheprovider --basetemp="$OUT/pytest-tmp" --junitxml="$OUT/junit.xml" \
     "${extra_args[@]}" 2>&1 | tee "$OUT/pytest.log"
 status=${PIPESTATUS[0]}

@@ -997,23 +997,13 @@ def new_run_id() -> str:
 def cache_lock(cache_dir: Path):
     """One vm-test per machine at a time (one image build, one guest)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(cache_dir / "vmtest.lock", "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip() or "unknown"
-        fh.close()
-        raise StepFailed(f"another vm-test is running ({holder}); one at a time") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()}")
-    fh.flush()
-    try:
+    path = cache_dir / "vmtest.lock"
+    with open(path, "w") as fh:  # the kernel drops the lock when its holder dies
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StepFailed(f"another vm-test holds {path}; one at a time") from None
         yield
-    finally:
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        fh.close()
 
 
 def make_disks(config: Config, disks: Path, image: Image, run_id: str, budget_s: int,

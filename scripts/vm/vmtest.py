@@ -23,7 +23,8 @@ Standard library only: it runs before any venv exists.
    missing).
 2. image: /var/cache/testbed/vm/<key>/ holds base.img (an ext4 root file system), vmlinuz,
    initrd.img and manifest.json. The key hashes everything scripts/install.sh's venv stamp
-   covers (requirements*.txt, pyproject.toml, setup.cfg, the extras and the torch index),
+   covers (requirements*.txt, pyproject.toml, setup.cfg, setup.py, the extras and the torch
+   index),
    install.sh itself (its package list), the guest's package list and kernel, and the guest
    files baked in below; a new key builds a new image. Building, in <key>.build/: debootstrap
    of Debian 12 with the kernel; in a chroot (/proc, /sys, /dev bind-mounted, unmounted in a
@@ -266,7 +267,7 @@ def config_from(args, environ) -> Config:
 def stamp_files(root: Path) -> list[Path]:
     """The files scripts/install.sh's venv stamp hashes, and install.sh itself."""
     return [*sorted(root.glob("requirements*.txt")), root / "pyproject.toml",
-            root / "setup.cfg", root / "scripts" / "install.sh"]
+            root / "setup.cfg", root / "setup.py", root / "scripts" / "install.sh"]
 
 
 def key_inputs(config: Config, files: dict[str, str]) -> dict:

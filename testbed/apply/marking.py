@@ -107,6 +107,11 @@ class EcnMarking:
         self.ports: list[Port] = []
         self._pins_claimed = False
 
+    @property
+    def models_queue(self) -> bool:
+        """Whether the marker marks by a model of the queue: the eBPF path with ECN on."""
+        return self.path == ECN_PATH_EBPF and self.queue.ecn is not None
+
     # -- bring-up ---------------------------------------------------------------------------
     def prepare(self, ports: Sequence[Port]) -> None:
         """Before the ports' queues are applied: remember the ``ports`` to read, and on the

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.capabilities import detect
-from testbed.experiments.anycast.failover import FAT_TREE_K4
+from testbed.experiments.anycast_failover.failover import FAT_TREE_K4
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
 

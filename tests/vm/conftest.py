@@ -9,35 +9,23 @@ does not collect them at all). Inside the guest a skipped test fails the session
 allowed-skips.txt names it with its reason, and that list is printed when the session starts
 (skip_policy.py holds the rules).
 
-The run ledger and root check of tests/integration/conftest.py serve this folder's tests too,
-loaded under a name of their own; ``leftovers`` is its check that a run left nothing.
+The run ledger and root check of tests/integration/conftest.py serve this folder's tests too;
+``leftovers`` is its check that a run left nothing.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
-from skip_policy import header_lines, in_vm, parse_allowlist, unexpected_skips
+
+from tests.integration import conftest as integration
+from tests.integration.conftest import ledger, require_root  # noqa: F401 (fixtures used here)
+from tests.vm.skip_policy import header_lines, in_vm, parse_allowlist, unexpected_skips
 
 HERE = Path(__file__).resolve().parent
 ALLOWLIST = HERE / "allowed-skips.txt"
 IN_VM = in_vm(os.environ)
-
-
-def _integration_conftest():
-    path = HERE.parent / "integration" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("stock_kernel_integration_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-integration = _integration_conftest()
-ledger = integration.ledger  # the run lock and ledger for one test module
-require_root = integration.require_root  # autouse: without root the tests fail, never skip
-REPO = integration.REPO
 
 
 @pytest.fixture(scope="session")

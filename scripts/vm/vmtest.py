@@ -1082,8 +1082,9 @@ def run(config: Config, log: Log, build_only: bool = False, interactive: bool = 
                              config.memory_mb, run_suite=not interactive)
             log.commands.append(shlex.join(argv))
             log(f"$ {shlex.join(argv)}")
-            with log.step(f"guest (software emulation; killed after {duration_text(timeout_s)}"
-                          + (", interactive: Ctrl-A X ends it)" if interactive else ")")):
+            what = ("guest (interactive, no timeout: Ctrl-A X ends qemu)" if interactive else
+                    f"guest (software emulation; killed after {duration_text(timeout_s)})")
+            with log.step(what):
                 guest = watch_guest(argv, run_dir / "console.log", timeout_s, say=log.raw,
                                     interactive=interactive)
             record["guest"] = asdict(guest)
@@ -1107,6 +1108,11 @@ def run(config: Config, log: Log, build_only: bool = False, interactive: bool = 
     except KeyboardInterrupt:
         log("interrupted")
         code = EXIT_INTERRUPTED
+    except Exception as err:  # still one line, the clean-up and the check below
+        import traceback
+
+        log(f"vm-test failed: {type(err).__name__}: {err}")
+        log.raw(traceback.format_exc().rstrip())
     finally:
         if not config.keep_disks and disks.exists():
             try:

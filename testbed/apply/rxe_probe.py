@@ -275,7 +275,8 @@ def probe(ledger, log=print, which: Callable[[str], str | None] | None = None) -
             devices.append(device_name(intf))
         gid_indexes = tuple(_wait_gid(dev, ip) for dev, ip in zip(devices, ADDRESSES))
         log(f"rxe probe: devices {', '.join(devices)}, RoCE v2 GID indexes {gid_indexes}, "
-            f"{mode}")
+            f"{mode}; GID tables: "
+            + "; ".join(f"{dev} {read_gid_table(dev)}" for dev in devices))
         outcomes = []
         for variant in variants(tuple(devices), gid_indexes, ADDRESSES[1]):
             if isinstance(variant, str):

@@ -8,7 +8,7 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration bench dctcp incast pfc-demo doctor clean topo
+.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration vm-test bench dctcp incast pfc-demo doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -54,6 +54,9 @@ test-unit: install  ## unit tests only (no root needed after install)
 
 test-integration: install  ## integration tests only (root)
 	$(PYTEST) tests/integration -q
+
+vm-test:  ## the stock-kernel suite in a booted Debian 12 guest under qemu (root; docs/vm-test.md; ARGS="--timeout-min 30 ...")
+	python3 scripts/vm/vmtest.py run $(ARGS)
 
 bench: install  ## forwarding capacity and fabric bring-up vs plain Mininet (root)
 	$(TESTBED) bench

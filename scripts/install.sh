@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the testbed needs, idempotently: distribution packages (Open vSwitch,
-# Mininet, traffic and capture tools, the eBPF toolchain and bpftool), then a venv made from
+# Mininet, traffic and capture tools, the eBPF toolchain and bpftool, the verbs user space and
+# perftest for softRoCE where the kernel has it), then a venv made from
 # the system Python (the one Debian's and Ubuntu's Mininet is built for) that also sees system
 # site-packages, with this project installed editable together with the pins for that Python
 # (requirements.txt and requirements-<extra>.txt, read through the package metadata; environment
@@ -34,7 +35,10 @@ done
 
 APT_PACKAGES=(
   openvswitch-switch mininet iperf3 iputils-ping ethtool iproute2 tcpdump tshark
-  clang llvm libbpf-dev python3-venv python3-pip procps fping
+  clang llvm libbpf-dev python3-venv python3-pip procps fping kmod
+  # softRoCE (traffic/roce/rxe.py, testbed/apply/rxe_probe.py): the verbs library and
+  # its rxe provider, perftest's ib_write_bw, and ibv_rc_pingpong and rping for the probe
+  rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
 )
 
 say() { printf '[install] %s\n' "$*"; }
@@ -121,9 +125,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 python_version=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-# Reinstall only when the pins, the package metadata or the requested extras changed.
+# Reinstall only when the pins, the package metadata (setup.py: which folders install as which
+# packages) or the requested extras changed.
 stamp="$VENV/.testbed-install.sha256"
-want=$( { cat "$ROOT"/requirements*.txt "$ROOT/pyproject.toml" "$ROOT/setup.cfg"
+want=$( { cat "$ROOT"/requirements*.txt "$ROOT/pyproject.toml" "$ROOT/setup.cfg" "$ROOT/setup.py"
           echo "extras=$extras_list torch-index=$TORCH_INDEX_URL"; } | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing the pins for Python $python_version with extras [$extras_list]"

@@ -2,7 +2,7 @@
 
 Development VMs run a stripped kernel (no openvswitch module, no RED or netem qdisc, no DCTCP,
 no RDMA, no module loading at all) while a stock Ubuntu kernel has everything, so the testbed
-detects instead of assuming (see /work/shared/PLATFORM.md).
+detects instead of assuming (docs/platforms.md).
 
 Compute, then apply: ``probe_capabilities`` and ``choose_paths`` are pure functions of plain
 inputs (kernel config, module names, congestion-control names, tool presence) and are unit
@@ -11,13 +11,20 @@ tested without root. ``detect`` is the thin layer that reads those inputs from /
 
 Availability rule for a kernel feature, first match wins:
   1. its module is loaded                                    -> available
-  2. its CONFIG_ option is ``y`` (built in)                  -> available
-  3. a module file for it exists and modules can be loaded   -> available
+  2. its CONFIG_ option is ``y``, or modules.builtin lists it -> available (built in)
+  3. a module file for it exists and modules can be loaded   -> available (loadable)
   4. otherwise                                               -> unavailable
 ``m`` alone proves nothing (the module may be missing from disk, or loading may be impossible),
-so an ``m`` counts only through rule 3. Module loading counts as impossible only when the
-kernel config says ``# CONFIG_MODULES is not set``. With no readable kernel config the decision
-rests on rules 1 and 3 and the detail says so.
+so an ``m`` counts only through rule 3. Module files are the ones modprobe would load:
+modules.dep under /lib/modules/<release> lists them (else the module trees are walked).
+Module loading counts as impossible only when the kernel config says ``# CONFIG_MODULES is not
+set``. With no readable kernel config the decision rests on rules 1 to 3 and the detail says
+so. A loadable feature is loaded by whatever takes its path, before use
+(testbed.apply.modules).
+
+One capability is decided by trying, not by reading: ``rxe_netns``, whether softRoCE connects
+two network namespaces on this kernel (testbed.apply.rxe_probe; ``testbed doctor`` runs it as
+root). ``with_probe`` adds its result, and where it failed RoCE takes the user-space engine.
 """
 from __future__ import annotations
 
@@ -127,6 +134,8 @@ LIB_MODULES = Path("/lib/modules")
 MODULE_SUBTREES = ("kernel/net", "kernel/drivers/infiniband")
 TCP_CONGESTION_AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+MODULES_DEP = "modules.dep"  # under /lib/modules/<release>: every module modprobe can load
+MODULES_BUILTIN = "modules.builtin"  # ... and every module built into the kernel
 
 # --- pure parsing -----------------------------------------------------------------------------
 
@@ -167,6 +176,18 @@ def module_name_from_filename(filename: str) -> str | None:
     return None
 
 
+def parse_module_list(text: str) -> set[str]:
+    """modules.dep or modules.builtin text -> module names: each line starts with the
+    module's path (``kernel/net/sched/sch_red.ko.xz:`` ...)."""
+    names = set()
+    for line in text.splitlines():
+        path = line.split(":", 1)[0].strip()
+        name = module_name_from_filename(path.rsplit("/", 1)[-1]) if path else None
+        if name is not None:
+            names.add(name)
+    return names
+
+
 def parse_congestion_available(text: str) -> set[str]:
     """tcp_available_congestion_control text (``reno bbr cubic``) -> {"reno", "bbr", "cubic"}."""
     return set(text.split())
@@ -181,6 +202,7 @@ def _probe_kernel_feature(
     loaded_modules: set[str],
     module_files: set[str],
     congestion_available: set[str],
+    builtin_modules: set[str] = frozenset(),
 ) -> Capability:
     """Apply the module docstring's availability rule to one kernel feature."""
 
@@ -196,10 +218,12 @@ def _probe_kernel_feature(
     has_file = module is not None and module in module_files
     if kconfig is None:
         prefix = "no kernel config readable"
+        if module is not None and module in builtin_modules:
+            return result(True, f"{prefix}; {module} in modules.builtin (built in)")
         if module is None:
             return result(False, f"{prefix}; {feature.config_option} unknown")
         if has_file:
-            return result(True, f"{prefix}; module file {module} present")
+            return result(True, f"{prefix}; loadable module {module}")
         return result(False, f"{prefix}; module {module} not loaded and no module file")
 
     value = kconfig.get(feature.config_option)
@@ -213,7 +237,7 @@ def _probe_kernel_feature(
     else:
         config_says = f"{feature.config_option}={value}"
     if has_file and modules_loadable:
-        return result(True, f"{config_says}, module file {module} present")
+        return result(True, f"loadable module {module} ({config_says})")
     if has_file:
         return result(
             False,
@@ -261,12 +285,14 @@ def probe_capabilities(
     tools: dict[str, bool],
     ovs_version: str | None = None,
     kernel_release: str | None = None,
+    builtin_modules: set[str] = frozenset(),
 ) -> dict[str, Capability]:
     """Decide every capability from plain inputs; reads nothing.
 
     kconfig: parsed kernel config, or None if none could be read.
     loaded_modules: module names as in /proc/modules.
     module_files: module basenames found on disk, without .ko/.ko.xz/.ko.zst.
+    builtin_modules: module names modules.builtin lists (built into the kernel).
     congestion_available: names from tcp_available_congestion_control.
     tools: command name (a value of TOOL_COMMANDS, e.g. "mn") -> found on PATH;
         a missing key counts as not found.
@@ -274,16 +300,23 @@ def probe_capabilities(
     """
     loaded = {name.replace("-", "_") for name in loaded_modules}
     files = {name.replace("-", "_") for name in module_files}
+    builtin = {name.replace("-", "_") for name in builtin_modules}
     caps: dict[str, Capability] = {}
     for feature in KERNEL_FEATURES:
         caps[feature.name] = _probe_kernel_feature(
-            feature, kconfig, loaded, files, congestion_available
+            feature, kconfig, loaded, files, congestion_available, builtin
         )
     for name, command in TOOL_COMMANDS.items():
         found = tools.get(command, False)
         caps[name] = Capability(name, found, f"{command} {'on' if found else 'not on'} PATH")
     caps["ovs_userspace_tso"] = userspace_tso_capability(ovs_version, kernel_release)
     return caps
+
+
+# TESTBED_DATAPATH=user: the userspace datapath even where the kernel module exists (to
+# compare the two on one machine, as `testbed bench --userspace-datapath` does).
+DATAPATH_ENV = "TESTBED_DATAPATH"
+USERSPACE_DATAPATH = "user"
 
 
 def choose_paths(caps: dict[str, Capability]) -> Paths:
@@ -299,7 +332,8 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
         tcp_congestion = "cubic+ecn"
     else:
         tcp_congestion = "reno+ecn"  # reno is always built in
-    kernel_datapath = has("ovs_kernel_module")
+    kernel_datapath = (has("ovs_kernel_module")
+                       and os.environ.get(DATAPATH_ENV, "") != USERSPACE_DATAPATH)
     if kernel_datapath:
         offload = "kernel"
     elif has("ovs_userspace_tso") and os.environ.get("TESTBED_USERSPACE_TSO", "1") != "0":
@@ -310,11 +344,32 @@ def choose_paths(caps: dict[str, Capability]) -> Paths:
         ovs_datapath="kernel" if kernel_datapath else "userspace",
         ecn_marking=ECN_PATH_RED if has("sch_red") else ECN_PATH_EBPF,
         tcp_congestion=tcp_congestion,
-        rdma="rxe" if has("rdma_rxe") else "userspace-roce",
+        rdma="rxe" if has("rdma_rxe") and rxe_connects(caps) else "userspace-roce",
         delay_loss="netem" if has("sch_netem") else "ebpf-loss" if has("cls_bpf") else "none",
         pfc=PFC_PATH,
         ovs_offload=offload,
     )
+
+
+def fabric_datapath(paths: Paths) -> str:
+    """The ``datapath`` argument of testbed.apply.network.FabricNetwork for ``paths``."""
+    return "kernel" if paths.ovs_datapath == "kernel" else USERSPACE_DATAPATH
+
+
+RXE_NETNS = "rxe_netns"  # the rxe probe's capability (testbed.apply.rxe_probe)
+
+
+def rxe_connects(caps: dict[str, Capability]) -> bool:
+    """Whether softRoCE may be taken: yes unless the rxe probe ran and failed."""
+    probed = caps.get(RXE_NETNS)
+    return probed is None or probed.available
+
+
+def with_probe(platform: Platform, probed: Capability) -> Platform:
+    """``platform`` with a capability decided by trying (the rxe probe's) added, and every
+    path chosen again."""
+    caps = {**platform.capabilities, probed.name: probed}
+    return Platform(platform.kernel_release, caps, choose_paths(caps))
 
 
 def missing_capabilities(caps: dict[str, Capability], names) -> list[Capability]:
@@ -355,7 +410,13 @@ def rdma_summary(platform: Platform) -> str:
     """One line: how RoCE runs here, and why not over rxe when it cannot."""
     path = platform.paths.rdma
     rxe = platform.capabilities.get("rdma_rxe")
-    why = "" if path == "rxe" or rxe is None else f"; no rxe: {rxe.detail}"
+    probed = platform.capabilities.get(RXE_NETNS)
+    if path == "rxe" or rxe is None:
+        why = ""
+    elif not rxe.available:
+        why = f"; no rxe: {rxe.detail}"
+    else:
+        why = f"; rxe does not connect two network namespaces here: {probed.detail}"
     return f"RDMA here: {path}, by {RDMA_WAYS[path]}{why}"
 
 
@@ -404,8 +465,17 @@ def read_kernel_config(release: str) -> dict[str, str] | None:
     return None if text is None else parse_kernel_config(text)
 
 
+def read_builtin_modules(release: str) -> set[str]:
+    """Modules built into the running kernel (its modules.builtin; empty when absent)."""
+    return parse_module_list(_read_text(LIB_MODULES / release / MODULES_BUILTIN) or "")
+
+
 def find_module_files(release: str) -> set[str]:
-    """Basenames of kernel modules under /lib/modules/<release>/kernel/{net,drivers/infiniband}."""
+    """Kernel modules modprobe can load: those modules.dep lists, else the basenames under
+    /lib/modules/<release>/kernel/{net,drivers/infiniband}."""
+    listed = _read_text(LIB_MODULES / release / MODULES_DEP)
+    if listed is not None:
+        return parse_module_list(listed)
     names: set[str] = set()
     for subtree in MODULE_SUBTREES:
         root = LIB_MODULES / release / subtree
@@ -430,6 +500,7 @@ def detect() -> Platform:
         tools={command: shutil.which(command) is not None for command in TOOL_COMMANDS.values()},
         ovs_version=ovs_vswitchd_version(),
         kernel_release=release,
+        builtin_modules=read_builtin_modules(release),
     )
     return Platform(kernel_release=release, capabilities=caps, paths=choose_paths(caps))
 

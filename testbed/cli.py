@@ -147,7 +147,19 @@ def cmd_topo(args) -> int:
 def cmd_doctor(args) -> int:
     from testbed.capabilities import detect, format_report
 
-    print(format_report(detect()))
+    platform, probed, line = detect(), None, ""
+    if args.probe:  # softRoCE between namespaces, by trying (testbed.apply.rxe_probe)
+        from testbed.apply.rxe_probe import probe_platform
+        from testbed.harness.run import machine
+
+        platform, probed, line = probe_platform(platform, machine)
+    print(format_report(platform))
+    if line:
+        from testbed.harness.console import table_text
+
+        print(f"\n{line}")
+        if probed is not None and probed.outcomes:
+            print(table_text(probed.rows(), ("rxe variant", "connected", "detail")))
     return 0
 
 
@@ -317,8 +329,14 @@ def cmd_down(args) -> int:
 def cmd_bench(args) -> int:
     from testbed.capacity.bench import run_bench
 
+    if args.userspace_datapath:  # before anything detects this machine's paths
+        import os
+
+        from testbed.capabilities import DATAPATH_ENV, USERSPACE_DATAPATH
+
+        os.environ[DATAPATH_ENV] = USERSPACE_DATAPATH
     run_bench(args.output, tuple(args.k or (4, 8)), log=lambda m: print(f"[bench] {m}", flush=True),
-              ceilings=not args.no_ceilings)
+              ceilings=not args.no_ceilings, lines_only=args.lines_only)
     return 0
 
 
@@ -493,8 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "results/topo-<name>.png)")
     topo.set_defaults(func=cmd_topo)
 
-    sub.add_parser("doctor", help="what this machine can do and which path each feature takes"
-                   ).set_defaults(func=cmd_doctor)
+    doctor = sub.add_parser("doctor", help="what this machine can do and which path each "
+                            "feature takes")
+    doctor.add_argument("--no-probe", dest="probe", action="store_false",
+                        help="skip the rxe probe (as root where the kernel has rdma_rxe, "
+                        "doctor tries softRoCE between two namespaces of its own)")
+    doctor.set_defaults(func=cmd_doctor)
     sub.add_parser("clean", help="remove what an interrupted run left behind"
                    ).set_defaults(func=cmd_clean)
     add_session_commands(sub)
@@ -505,6 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "ceiling on (default: 4 and 8)")
     bench.add_argument("--no-ceilings", action="store_true",
                        help="skip the ring ceiling searches (the longest part)")
+    bench.add_argument("--lines-only", action="store_true",
+                       help="measure the forwarding lines only (no fabrics, failover, RoCE)")
+    bench.add_argument("--userspace-datapath", action="store_true",
+                       help="the userspace datapath everywhere, even where the kernel has the "
+                            "openvswitch module (by default fabrics take the kernel datapath "
+                            "there, and the two-switch line is measured on both)")
     bench.set_defaults(func=cmd_bench)
 
     cal = sub.add_parser("calibrate", help="find the highest link rate this machine emulates "

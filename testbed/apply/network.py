@@ -43,6 +43,7 @@ from testbed.apply.backlogs import PortBacklogs, shaped_ports
 from testbed.apply.controller import ControllerProcess
 from testbed.apply.loss import LinkLoss
 from testbed.apply.marking import EcnMarking, machine_ecn_path, read_ifindex, run_tool
+from testbed.apply.modules import fabric_modules, load_modules
 from testbed.apply.pfc_runtime import PauseAgentProcess, pfc_totals
 from testbed.apply.state import (
     STATE_DIR,
@@ -52,6 +53,7 @@ from testbed.apply.state import (
     process_start_ticks,
     processes_in_netns,
 )
+from testbed.capabilities import ECN_PATH_RED
 from testbed.errors import TestbedError
 from testbed.measure import counters
 from testbed.model.topology.base import Fabric, Link
@@ -304,6 +306,8 @@ class FabricNetwork:
         self.stop()
 
     def _start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        load_modules(self.kernel_modules(), self.log)
         fabric_json = self.workdir / "fabric.json"
         self.fabric.dump_json(fabric_json)
         self.ledger.add_names(interfaces=self.fabric.interface_names())
@@ -341,6 +345,14 @@ class FabricNetwork:
         """One ping across the fabric, so the datapath opens its send socket now."""
         a, b = self.fabric.hosts[0], self.fabric.hosts[-1]
         self.hosts[a.name].cmd("ping", "-c1", "-W2", b.ip)
+
+    def kernel_modules(self) -> list[str]:
+        """The kernel modules this fabric's paths need (testbed.apply.modules)."""
+        return fabric_modules(kernel_datapath=self.datapath != "user",
+                              red_marking=self.marking is not None
+                              and self.ecn_path == ECN_PATH_RED,
+                              netem=bool(self.impairments),
+                              congestion=self.host_sysctls.get(SYSCTL_TCP_CC))
 
     @property
     def offloads_on(self) -> bool:

@@ -3,8 +3,9 @@ invocation, written as JSON and printed as a table.
 
 1. Forwarding lines, one TCP flow (iperf3, 5 s) each, at MTU 1500 and 9000: 2 unshaped OVS
    switches in a line (the run's own OVS, one MTU-sized packet at a time, and, where the
-   userspace datapath can, passing segmentation-offloaded packets), 2 namespace routers
-   forwarding in the kernel, and a direct veth pair.
+   userspace datapath can, passing segmentation-offloaded packets; where the kernel has the
+   openvswitch module, the same line on the kernel datapath beside it, as a ratio), 2
+   namespace routers forwarding in the kernel, and a direct veth pair.
 2. The fabric's ceiling: for the k=4 (and k=8) fat-tree, the highest link rate at which the
    ring AllReduce is trusted and delivers 90% busbw (testbed.capacity.calibrate's search),
    and the fabric's aggregate forwarded switch-hop throughput at that rate, beside the
@@ -15,7 +16,12 @@ invocation, written as JSON and printed as a table.
 4. Failover: an edge uplink of the k=4 fat-tree cut under single-path routing, the time until
    the controller rerouted (against the 1 s goal) and the probes lost (testbed.measure.failover).
 5. Anycast switch-over: on the k=4 fat-tree a client probing an anycast service every 10 ms
-   while its near replica's link is cut and restored (testbed.experiments.anycast_failover.failover).
+   while its near replica's link is cut and restored
+   (testbed.experiments.anycast_failover.failover).
+
+Fabrics (2 to 5) take this machine's datapath: the kernel's where the module exists, unless
+``--userspace-datapath`` (TESTBED_DATAPATH=user) forces the userspace one; ``--lines-only``
+measures the lines alone.
 """
 from __future__ import annotations
 
@@ -45,10 +51,11 @@ def iperf_mbit(client, server_ip: str) -> float:
 
 
 def forwarding_capacity(workdir: Path, ledger, mtu_bytes: int, switches: int, log,
-                        userspace_tso: bool = False) -> float:
+                        userspace_tso: bool = False, datapath: str = "user") -> float:
     """TCP Mbit/s between the two hosts of a line of ``switches`` unshaped switches."""
     fabric = build("line", switches=switches, mtu_bytes=mtu_bytes)
-    with FabricNetwork(fabric, workdir, ledger, log=log, userspace_tso=userspace_tso) as net:
+    with FabricNetwork(fabric, workdir, ledger, datapath=datapath, log=log,
+                       userspace_tso=userspace_tso) as net:
         server = net.host("h1")
         start_iperf_server(server, IPERF_PORT)
         return iperf_mbit(net.host("h0"), fabric.nodes["h1"].ip)
@@ -110,10 +117,12 @@ def kernel_forwarding_capacity(ledger, mtu_bytes: int) -> float:
         net.stop()
 
 
-def testbed_fabric_times(workdir: Path, ledger, k: int, log, userspace_tso: bool = False) -> dict:
+def testbed_fabric_times(workdir: Path, ledger, k: int, log, userspace_tso: bool = False,
+                         datapath: str = "user") -> dict:
     fabric = build("fattree", k=k, host_rate_mbit=100)
     t0 = time.monotonic()
-    net = FabricNetwork(fabric, workdir, ledger, log=log, userspace_tso=userspace_tso)
+    net = FabricNetwork(fabric, workdir, ledger, datapath=datapath, log=log,
+                        userspace_tso=userspace_tso)
     with net:
         sent, received = net.ping_all()
         up_s = time.monotonic() - t0
@@ -185,18 +194,19 @@ def plain_mininet_times(ledger, k: int) -> dict:
 FAILOVER_GOAL_S = 1.0  # the controller's budget to route around a failed link (and anycast)
 
 
-def failover_times(workdir: Path, ledger, log) -> dict:
+def failover_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
     """An edge uplink of the k=4 fat-tree cut under single-path routing (only the controller
     can save the flow) while a host probes a host in another pod; see testbed.measure.failover."""
     from testbed.measure.failover import cut_and_repair
 
     fabric = build("fattree", k=4, host_rate_mbit=6.0)
     (workdir / "failover").mkdir(exist_ok=True)
-    with FabricNetwork(fabric, workdir / "failover", ledger, routing="single", log=log) as net:
+    with FabricNetwork(fabric, workdir / "failover", ledger, datapath=datapath,
+                       routing="single", log=log) as net:
         return cut_and_repair(net, "p0e0-eth3", "p0e0h0", "p3e1h1").to_dict()
 
 
-def anycast_times(workdir: Path, ledger, log) -> dict:
+def anycast_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
     """A client of an anycast service on the k=4 fat-tree moved off its near replica by a
     link cut, then back by the repair; see testbed.experiments.anycast_failover.failover."""
     from testbed.experiments.anycast_failover.failover import FAT_TREE_K4, cut_and_repair
@@ -206,13 +216,31 @@ def anycast_times(workdir: Path, ledger, log) -> dict:
     rundir.mkdir(exist_ok=True)
     write_anycast(rundir, FAT_TREE_K4.service.to_dict())  # read by the controller at start
     setup = Setup("anycast", fabric, "ecmp", anycast=FAT_TREE_K4.service.to_dict())
-    with FabricNetwork(fabric, rundir, ledger, routing="ecmp", log=log) as net:
+    with FabricNetwork(fabric, rundir, ledger, datapath=datapath, routing="ecmp",
+                       log=log) as net:
         anycast_reachable(net, setup, log)
         return cut_and_repair(net, FAT_TREE_K4).to_dict()
 
 
-def forwarding_lines(workdir: Path, ledger, log, tso_path: bool) -> dict:
-    """One TCP flow through each line, at MTU 1500 and 9000."""
+def failover_and_anycast(result: dict, workdir: Path, ledger, log, datapath: str) -> None:
+    """The failover and anycast switch-over measures, into ``result``."""
+    failover = failover_times(workdir, ledger, log, datapath)
+    result["failover_k4_single_path"] = {**failover, "goal_s": FAILOVER_GOAL_S,
+                                         "applied_vs_goal": failover["down_applied_s"]
+                                         / FAILOVER_GOAL_S}
+    log(f"failover, k=4 edge uplink cut: rerouted after "
+        f"{failover['down_applied_s'] * 1000:.0f} ms; {failover['probes_lost']} probes lost")
+    anycast = anycast_times(workdir, ledger, log, datapath)
+    result["anycast_k4"] = {**anycast, "goal_s": FAILOVER_GOAL_S,
+                            "to_far_vs_goal": anycast["to_far_s"] / FAILOVER_GOAL_S}
+    log(f"anycast, k=4: served by the far replica after {anycast['to_far_s'] * 1000:.0f} "
+        f"ms, back {anycast['back_to_near_s'] * 1000:.0f} ms after the repair")
+
+
+def forwarding_lines(workdir: Path, ledger, log, tso_path: bool,
+                     kernel_datapath: bool = False) -> dict:
+    """One TCP flow through each line, at MTU 1500 and 9000; the two switches on the
+    userspace datapath, and with ``kernel_datapath`` also on the kernel's, with the ratio."""
     lines = {}
     for mtu in (1500, 9000):
         row = {"direct_veth": direct_capacity(ledger, mtu),
@@ -221,8 +249,13 @@ def forwarding_lines(workdir: Path, ledger, log, tso_path: bool) -> dict:
         if tso_path:
             row["ovs_2_switches_offloaded"] = forwarding_capacity(workdir, ledger, mtu, 2, log,
                                                                   userspace_tso=True)
+        if kernel_datapath:
+            row["ovs_2_switches_kernel"] = forwarding_capacity(workdir, ledger, mtu, 2, log,
+                                                               datapath="kernel")
+            row["kernel_vs_userspace"] = row["ovs_2_switches_kernel"] / row["ovs_2_switches"]
         lines[f"mtu{mtu}"] = row
-        log(f"lines, MTU {mtu}: " + ", ".join(f"{k} {v:.0f} Mbit/s" for k, v in row.items()))
+        log(f"lines, MTU {mtu}: " + ", ".join(f"{k} {v:.0f} Mbit/s" for k, v in row.items()
+                                              if k != "kernel_vs_userspace"))
     return lines
 
 
@@ -271,26 +304,30 @@ def roce_engine(log) -> dict:
 
 
 def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
-              ceilings: bool = True) -> dict:
+              ceilings: bool = True, lines_only: bool = False) -> dict:
     from mininet.log import setLogLevel
 
-    from testbed.capabilities import detect
+    from testbed.capabilities import detect, fabric_datapath
     from testbed.capacity.calibrate import machine_description
 
     setLogLevel("critical")
     platform = detect()
     tso_path = platform.paths.ovs_offload == "userspace-tso"
+    datapath = fabric_datapath(platform.paths)
     run_id = new_run_id("bench")
     workdir = Path(output).parent / run_id
     workdir.mkdir(parents=True, exist_ok=True)
     result: dict = {"run_id": run_id, "machine": machine_description(platform),
                     "paths": vars(platform.paths)}
     with machine(run_id, log) as ledger:
-        result["lines_mbit"] = forwarding_lines(workdir, ledger, log, tso_path)
+        result["lines_mbit"] = forwarding_lines(workdir, ledger, log, tso_path,
+                                                kernel_datapath=datapath == "kernel")
+        if lines_only:
+            ks, ceilings = (), False
         for k in ks:
             log(f"k={k} fat-tree: plain Mininet, then the testbed")
             plain = plain_mininet_times(ledger, k)
-            ours = testbed_fabric_times(workdir, ledger, k, log, tso_path)
+            ours = testbed_fabric_times(workdir, ledger, k, log, tso_path, datapath)
             result[f"fabric_k{k}"] = {"testbed": ours, "plain_mininet": plain,
                                       "up_ratio_vs_plain": ours["up_s"] / plain["up_s"],
                                       "down_ratio_vs_plain": ours["down_s"] / plain["down_s"]}
@@ -299,18 +336,10 @@ def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
                 f"{ours['ordered_pairs_covered']} ordered host pairs) vs plain Mininet "
                 f"{plain['up_s']:.1f} s (no controller); down {ours['down_s']:.1f} s vs "
                 f"{plain['down_s']:.1f} s")
-        failover = failover_times(workdir, ledger, log)
-        result["failover_k4_single_path"] = {**failover, "goal_s": FAILOVER_GOAL_S,
-                                             "applied_vs_goal": failover["down_applied_s"]
-                                             / FAILOVER_GOAL_S}
-        log(f"failover, k=4 edge uplink cut: rerouted after "
-            f"{failover['down_applied_s'] * 1000:.0f} ms; {failover['probes_lost']} probes lost")
-        anycast = anycast_times(workdir, ledger, log)
-        result["anycast_k4"] = {**anycast, "goal_s": FAILOVER_GOAL_S,
-                                "to_far_vs_goal": anycast["to_far_s"] / FAILOVER_GOAL_S}
-        log(f"anycast, k=4: served by the far replica after {anycast['to_far_s'] * 1000:.0f} "
-            f"ms, back {anycast['back_to_near_s'] * 1000:.0f} ms after the repair")
-    result["roce_engine"] = roce_engine(log)
+        if not lines_only:
+            failover_and_anycast(result, workdir, ledger, log, datapath)
+    if not lines_only:
+        result["roce_engine"] = roce_engine(log)
     if ceilings:  # runs of their own: each takes the machine's lock
         kernel_line = result["lines_mbit"]["mtu9000"]["kernel_forwarding_2_routers"]
         for k in ks:
@@ -334,6 +363,11 @@ def bench_rows(result: dict) -> list[list[str]]:
             off = line["ovs_2_switches_offloaded"]
             rows.append([f"  ... passing offloaded packets, {mtu}", f"{off:.0f} Mbit/s",
                          f"{kernel:.0f} Mbit/s kernel-forwarding line", f"{off / kernel:.3f}"])
+        if "ovs_2_switches_kernel" in line:
+            rows.append([f"  ... on the kernel datapath, {mtu}",
+                         f"{line['ovs_2_switches_kernel']:.0f} Mbit/s",
+                         f"{line['ovs_2_switches']:.0f} Mbit/s userspace datapath",
+                         f"{line['kernel_vs_userspace']:.3f}"])
         rows.append([f"direct veth pair, {mtu}", "", f"{line['direct_veth']:.0f} Mbit/s", ""])
     for key in sorted(k for k in result if k.startswith("ceiling_k")):
         c, k = result[key], key.removeprefix("ceiling_k")

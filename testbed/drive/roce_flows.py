@@ -193,6 +193,9 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
     ip = {name: fabric.nodes[name].ip for pair in pairs for name in pair}
     servers = {}
     if settings.transport == RXE:  # one perftest server per flow, listening before its client
+        from testbed.apply import modules
+
+        modules.load_modules([modules.RXE_MODULE], log=lambda m: None)
         for i, (src, dst) in enumerate(pairs):
             with open(folder / f"roce-serve-{dst}-{i}.err", "wb") as err:
                 servers[f"{dst}-{i}"] = net.popen(dst, rxe_argv("serve", ip[dst], settings,

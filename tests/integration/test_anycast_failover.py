@@ -3,12 +3,17 @@ request/response service (testbed.traffic.anycast_service) on two replicas behin
 client is served by its nearest replica; when that replica's link fails it is served by the
 other one, and when the link returns it moves back (testbed.experiments.anycast). The run's
 own checks hold both moves and the outage to the controller's 1 s goal, and the run must have
-been trustworthy."""
+been trustworthy, on this machine's datapath (part of the stock-kernel suite, make vm-test)."""
 from __future__ import annotations
 
+import pytest
+
+from testbed.capabilities import detect
 from testbed.experiments.anycast_failover.failover import FAT_TREE_K4
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
+
+pytestmark = pytest.mark.stock_kernel
 
 CUT = FAT_TREE_K4            # client p0e1h0, near p0e0h0 (same pod), far p3e1h1
 
@@ -16,6 +21,8 @@ CUT = FAT_TREE_K4            # client p0e1h0, near p0e0h0 (same pod), far p3e1h1
 def test_clients_follow_the_nearest_live_replica(tmp_path):
     resolved = load("fattree-anycast-failover", {"results_dir": str(tmp_path)})
     outcome = run_scenario(resolved, log=print)
+    ran = outcome.summary["provenance"]["paths"]
+    assert ran["ovs_datapath"] == detect().paths.ovs_datapath, ran
     result = outcome.summary["results"]["fabric"]
     assert result["bring_up"]["anycast"]["replica_for_host"][CUT.client] == CUT.near
     failover = result["failover"]  # the run fails if the client never moved, or never back

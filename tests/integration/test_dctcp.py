@@ -8,17 +8,23 @@ rtnetlink), must all pass: drop-tail's median queue at least half the buffer, EC
 3 frames of K at >= 90% utilisation, the queue sampled; and both setups must be trusted
 (for drop-tail that includes the bottleneck carrying its rate). The marker's model of the
 queue is sampled beside the real one on the eBPF path, and the figures redraw from the
-run folder."""
+run folder. The run takes this machine's paths (kernel datapath, RED and dctcp on a stock
+kernel: part of the stock-kernel suite, make vm-test)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from testbed.capabilities import detect
 from testbed.experiments.dctcp.bench import QUEUE_FILE
 from testbed.experiments.dctcp.replot import replot
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
 from testbed.plan.ecn_plan import ECN_PATH_EBPF
+
+pytestmark = pytest.mark.stock_kernel
 
 SHORT = {"params.senders": [2], "params.seconds": 6, "params.omit_s": 2}
 CHECKS = {("n2-droptail", "drop-tail median queue"), ("n2-droptail", "queue sampled"),
@@ -40,7 +46,11 @@ def test_ecn_holds_the_queue_near_k_where_drop_tail_fills_the_buffer(tmp_path):
     for c in outcome.verdict.checks + outcome.verdict.trust:
         print(f"{c.outcome:4s} {c.setup} {c.name}: {c.measured} (expected {c.expected})")
 
-    ecn = results["n2-ecn"]
+    paths, ecn = detect().paths, results["n2-ecn"]
+    ran = outcome.summary["provenance"]["paths"]
+    assert (ran["ovs_datapath"], ran["tcp_congestion"]) == (paths.ovs_datapath,
+                                                           paths.tcp_congestion), ran
+    assert ecn["ecn_path"] == paths.ecn_marking
     assert ecn["k_bytes"] == 3000 and ecn["marks"] > 0
     assert results["n2-droptail"]["marks"] == 0  # ECN off: nothing to mark
     samples = json.loads((Path(ecn["dir"]) / QUEUE_FILE).read_text())

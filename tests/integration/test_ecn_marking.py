@@ -8,10 +8,13 @@ shaped to 20 Mbit/s with a step at K = 30 KB (the Mininet-HiFi DCTCP set-up, sca
 
 With ECN the port marks CE, the receiver counts CE-marked packets, and the queue stays near
 K; the same flows without ECN (cubic, loss-based) fill the drop-tail buffer until it drops.
-On the eBPF path the queue is judged on the marker's virtual FIFO, sampled every 10 ms with
-the real buffer's backlog (testbed.measure.backlog.PortBacklog) at the same instants; with
-ECN the two must agree. Every tolerance is named below. Needs root; runs alone (one
-emulation per machine)."""
+The queue is judged on the one the marking acts on, sampled every 10 ms: on the eBPF path
+the marker's virtual FIFO, with the real buffer's backlog (testbed.measure.backlog.PortBacklog)
+at the same instants (with ECN the two must agree); on the RED path the RED qdisc is the
+buffer, so its own backlog, read the same way. The hosts' flows run the congestion control
+chosen for them (``ss -ti`` in a sender shows it: dctcp where the kernel has it). The fabric
+takes this machine's datapath. Every tolerance is named below. Needs root; runs alone (one
+emulation per machine); part of the stock-kernel suite (make vm-test)."""
 from __future__ import annotations
 
 import json
@@ -19,9 +22,11 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from testbed.apply.marking import EcnMarking
 from testbed.apply.network import FabricNetwork
-from testbed.capabilities import detect
+from testbed.capabilities import detect, fabric_datapath
 from testbed.measure.backlog import PortBacklog
 from testbed.measure.counters import counter_delta
 from testbed.measure.queues import queue_sampling
@@ -32,6 +37,8 @@ from testbed.plan.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
 from testbed.plan.port_queue import default_buffer_bytes, htb_burst_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.settings import tcp_settings
+
+pytestmark = pytest.mark.stock_kernel
 
 RATE_MBIT = 20.0
 MTU = 1500
@@ -107,8 +114,10 @@ def run_flows(net, marking: EcnMarking) -> dict:
                    LISTEN_TIMEOUT_S, f"iperf3 server in {RECEIVER}")
     before, ce_before = marking.counters(), received_ce(net)
 
-    def both() -> dict[str, int]:  # the model (eBPF) or the RED qdisc's backlog, and the real one
-        return {BOTTLENECK: marking.queue_depths()[BOTTLENECK], REAL: backlog.read()}
+    def both() -> dict[str, int]:  # the queue marked by (the model, or RED's), and the real one
+        real = backlog.read()
+        marked = marking.queue_depths()[BOTTLENECK] if marking.path == ECN_PATH_EBPF else real
+        return {BOTTLENECK: marked, REAL: real}
 
     with PortBacklog(BOTTLENECK) as backlog, \
             queue_sampling(both, [BOTTLENECK, REAL], SAMPLE_INTERVAL_S) as series:
@@ -139,10 +148,12 @@ def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]
     """Bring the fabric up with ``queue`` on its switch ports and ``tcp`` on its hosts, run
     the flows, tear it down; returns the bottleneck's counters and a context for messages.
     Checks what every run must: the pins are gone and the samplers kept up."""
-    with FabricNetwork(fabric(), workdir, ledger, log=lambda m: None, queue=queue,
-                       host_sysctls=tcp.sysctls()) as net:
+    platform = detect()
+    with FabricNetwork(fabric(), workdir, ledger, datapath=fabric_datapath(platform.paths),
+                       log=lambda m: None, queue=queue, host_sysctls=tcp.sysctls()) as net:
         result = run_flows(net, net.marking)
         result["path"] = net.marking.path
+    assert result["path"] == platform.paths.ecn_marking, result["path"]
     model_p50, real_p50 = percentile(result["judged"], 50), percentile(result["real_judged"], 50)
     context = {"tcp": tcp.congestion_control, "model_p50_bytes": model_p50,
                "real_p50_bytes": real_p50, **{k: v for k, v in result.items()
@@ -161,6 +172,8 @@ def test_ecn_marks_near_k_and_the_receiver_sees_ce(ledger, tmp_path):
     # (ss's delivered_ce: data the peer acknowledged with ECE), so ECN was negotiated
     echoed = sum(int(n) for n in re.findall(r"delivered_ce:(\d+)", result["sender_ss"]))
     assert echoed > 0, context
+    # the sender's connections run the congestion control chosen for the hosts
+    assert re.search(rf"\b{tcp.congestion_control}\b", result["sender_ss"]), context
     assert c["marks"] > 0, context
     assert CE_DELIVERED_FRACTION * c["marks"] <= result["ce_received"] <= c["marks"], context
     if result["path"] == ECN_PATH_EBPF:

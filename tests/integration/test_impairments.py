@@ -12,17 +12,23 @@ under it, testbed.plan.port_queue).
   switches holds once they are taken out.
 
 Where the kernel lacks netem (the development VMs) such a scenario is refused before
-anything is built; that branch checks the refusal instead. Needs root; runs alone."""
+anything is built; that branch checks the refusal instead. The fabrics take this machine's
+datapath. Needs root; runs alone; part of the stock-kernel suite (make vm-test), where netem
+is the path."""
 from __future__ import annotations
 
 import re
 
+import pytest
+
 from testbed.apply.network import FabricNetwork
-from testbed.capabilities import detect
+from testbed.capabilities import detect, fabric_datapath
 from testbed.errors import ConfigError
 from testbed.harness.scenario import load
 from testbed.model.topology import build
 from testbed.plan.port_queue import Impairment, link_impairments
+
+pytestmark = pytest.mark.stock_kernel
 
 RATE_MBIT = 20.0
 MTU = 1500
@@ -56,7 +62,8 @@ def min_rtt_ms(out: str) -> float:
 
 
 def test_netem_delays_and_drops_under_the_ports_queue(ledger, tmp_path):
-    netem = detect().capabilities["sch_netem"]
+    platform = detect()
+    netem, datapath = platform.capabilities["sch_netem"], fabric_datapath(platform.paths)
     if not netem.available:
         scenario = tmp_path / "impaired.yaml"
         scenario.write_text("name: impaired\ntopology: {name: spineleaf, leaves: 1, spines: 1, "
@@ -70,15 +77,15 @@ def test_netem_delays_and_drops_under_the_ports_queue(ledger, tmp_path):
         raise AssertionError("a kernel without netem took a scenario with impairments")
 
     delayed = link_impairments(fabric(), [(IMPAIRED, Impairment(delay_ms=DELAY_MS))])
-    with FabricNetwork(fabric(), tmp_path / "delay", ledger, log=lambda m: None,
-                       impairments=delayed) as net:
+    with FabricNetwork(fabric(), tmp_path / "delay", ledger, datapath=datapath,
+                       log=lambda m: None, impairments=delayed) as net:
         out = ping(net, PINGS_DELAY, PING_INTERVAL_S * 5)
     assert received(out) == PINGS_DELAY, out
     assert 2 * DELAY_MS <= min_rtt_ms(out) <= 2 * DELAY_MS + RTT_EXTRA_MS, out
 
     lossy = link_impairments(fabric(), [(IMPAIRED, Impairment(loss_percent=LOSS_PERCENT))])
-    with FabricNetwork(fabric(), tmp_path / "loss", ledger, log=lambda m: None,
-                       impairments=lossy) as net:
+    with FabricNetwork(fabric(), tmp_path / "loss", ledger, datapath=datapath,
+                       log=lambda m: None, impairments=lossy) as net:
         before = net.switch_counters()
         out = ping(net, PINGS_LOSS, PING_INTERVAL_S)
         after = net.switch_counters()

@@ -6,15 +6,21 @@ The run must write a report whose checks all PASS (no drop in the lossless class
 switch queue, pauses sent, every query completed, tshark decodes every captured frame as PFC
 and finds as many as the pause agent sent on that link) and a pcap that tshark, run here on
 its own, decodes as MAC Control frames with the PFC opcode (0x0101, Class Based Flow
-Control); the run must have been trustworthy. Needs root; runs alone."""
+Control); the run must have been trustworthy, on this machine's datapath (the kernel's on a
+stock kernel: part of the stock-kernel suite, make vm-test). Needs root; runs alone."""
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from testbed.capabilities import detect
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
 from testbed.measure.pauses import CAPTURE_FILE
+
+pytestmark = pytest.mark.stock_kernel
 
 ROUNDS = 3
 TSHARK_TIMEOUT_S = 120
@@ -36,6 +42,8 @@ def test_pause_frames_are_kept_and_decode_as_pfc(tmp_path):
     outcome = run_scenario(resolved, log=print)
     for check in outcome.verdict.checks:
         print(f"{check.outcome} {check.name}: {check.statement}")
+    ran = outcome.summary["provenance"]["paths"]
+    assert ran["ovs_datapath"] == detect().paths.ovs_datapath, ran
     capture = outcome.summary["results"]["pfc"]["pause_capture"]
     pcap = outcome.workdir / CAPTURE_FILE  # one setup: its files are the run folder's
     assert pcap.exists() and Path(capture["pcap"]).resolve() == pcap.resolve()

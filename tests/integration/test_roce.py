@@ -68,11 +68,18 @@ def test_verified_data_through_the_ebpf_loss_program(ledger, tmp_path):
 
 def test_softroce_moves_data_between_two_hosts(ledger, tmp_path):
     """The rxe path: a device on each host's interface, perftest's RDMA WRITE between them.
-    Where the kernel has no rdma_rxe this is reported as skipped with the capability's
-    detail, never as a pass."""
+    Where the kernel has no rdma_rxe, or the rxe probe finds that it does not connect two
+    namespaces (testbed.apply.rxe_probe), this is reported as skipped with the reason, never
+    as a pass. (The stock-kernel suite asserts either outcome: tests/vm/test_roce_rxe.py.)"""
+    from testbed.apply.rxe_probe import probe
+    from testbed.capabilities import with_probe
+
     rxe = detect().capabilities["rdma_rxe"]
     if not rxe.available:
         pytest.skip(f"this kernel has no rdma_rxe: {rxe.detail}")
+    probed = probe(ledger, log=print).capability()
+    if with_probe(detect(), probed).paths.rdma != "rxe":
+        pytest.skip(f"rxe does not connect two namespaces here: {probed.detail}")
     with FabricNetwork(fabric(), tmp_path, ledger, log=lambda m: None) as net:
         with RoceCapture(net, "l0h1", tmp_path) as capture:
             run = run_roce_flows(net, [("l0h0", "l0h1")], RoceSettings(

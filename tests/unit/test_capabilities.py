@@ -194,8 +194,8 @@ def test_ubuntu_profile_capabilities():
     caps = ubuntu_caps()
     assert all(caps[name].available for name in ALL_CAPABILITY_NAMES[:12])
     assert caps["ovs_kernel_module"].detail == "module openvswitch loaded"
-    assert caps["sch_red"].detail == "CONFIG_NET_SCH_RED=m, module file sch_red present"
-    assert caps["tcp_dctcp"].detail == "CONFIG_TCP_CONG_DCTCP=m, module file tcp_dctcp present"
+    assert caps["sch_red"].detail == "loadable module sch_red (CONFIG_NET_SCH_RED=m)"
+    assert caps["tcp_dctcp"].detail == "loadable module tcp_dctcp (CONFIG_TCP_CONG_DCTCP=m)"
     # tools not reported by the caller count as missing
     assert caps["mininet"].available and not caps["iperf3"].available
     assert caps["iperf3"].detail == "iperf3 not on PATH"
@@ -259,7 +259,7 @@ def test_without_kernel_config_decides_from_modules_and_files_only():
     assert caps["sch_htb"].available
     assert caps["ovs_kernel_module"].available
     assert caps["ovs_kernel_module"].detail == (
-        "no kernel config readable; module file openvswitch present"
+        "no kernel config readable; loadable module openvswitch"
     )
     assert not caps["sch_red"].available
     assert caps["sch_red"].detail.startswith("no kernel config readable")
@@ -370,3 +370,47 @@ def test_the_offload_path_follows_the_datapath_and_the_capability(monkeypatch):
     assert choose_paths({}).ovs_offload == "userspace"
     monkeypatch.setenv("TESTBED_USERSPACE_TSO", "0")  # to measure the path without it
     assert choose_paths(tso).ovs_offload == "userspace"
+
+
+# --- built in or loadable, and the rxe probe ------------------------------------------------
+
+
+def test_module_lists_name_the_modules_modprobe_knows():
+    from testbed.capabilities import parse_module_list
+
+    dep = ("kernel/net/sched/sch_red.ko.xz:\n"
+           "kernel/net/openvswitch/openvswitch.ko.xz: kernel/net/ipv4/udp_tunnel.ko.xz\n"
+           "kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko.xz: kernel/drivers/infiniband/core/ib_uverbs.ko.xz\n"
+           "\n")
+    assert parse_module_list(dep) == {"sch_red", "openvswitch", "rdma_rxe"}
+    assert parse_module_list("kernel/net/ipv4/tcp_cubic.ko\n") == {"tcp_cubic"}
+
+
+def test_a_feature_is_built_in_or_loadable_and_the_detail_says_which():
+    builtin = probe_capabilities(None, set(), set(), set(), {},
+                                 builtin_modules={"sch_red"})["sch_red"]
+    assert builtin.available and builtin.detail.endswith("sch_red in modules.builtin (built in)")
+    loadable = probe_one("sch_netem", {"CONFIG_NET_SCH_NETEM": "m"}, files={"sch_netem"})
+    assert loadable.available
+    assert loadable.detail == "loadable module sch_netem (CONFIG_NET_SCH_NETEM=m)"
+    built = probe_one("sch_netem", {"CONFIG_NET_SCH_NETEM": "y"})
+    assert built.available and built.detail == "CONFIG_NET_SCH_NETEM=y (built in)"
+
+
+def test_a_failed_rxe_probe_sends_roce_to_the_user_space_engine():
+    from testbed.capabilities import RXE_NETNS, rdma_summary, with_probe
+
+    caps = ubuntu_caps()
+    platform = Platform("6.1.0-test", caps, choose_paths(caps))
+    assert platform.paths.rdma == "rxe"
+    failed = with_probe(platform, Capability(RXE_NETNS, False, "perftest: UNREACHABLE"))
+    assert failed.paths.rdma == "userspace-roce"
+    assert failed.paths.ovs_datapath == "kernel"  # the other paths stay as they were
+    assert failed.capabilities[RXE_NETNS].detail == "perftest: UNREACHABLE"
+    assert rdma_summary(failed).endswith(
+        "rxe does not connect two network namespaces here: perftest: UNREACHABLE")
+    connected = with_probe(platform, Capability(RXE_NETNS, True, "connected"))
+    assert connected.paths.rdma == "rxe"
+    # the probe cannot give rxe to a kernel without it
+    dev = Platform("6.18.0-test", dev_vm_caps(), choose_paths(dev_vm_caps()))
+    assert with_probe(dev, Capability(RXE_NETNS, True, "")).paths.rdma == "userspace-roce"

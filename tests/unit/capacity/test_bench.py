@@ -48,3 +48,38 @@ def test_the_roce_engine_stands_beside_a_plain_udp_sender():
     assert ["one RoCE QP on 127.0.0.1", "700 Mbit/s", "data verified: True", ""] in rows
     failed = bench_rows({"run_id": "b3", "roce_engine": {"error": "boom"}})
     assert ["RoCE engine", "failed", "boom", ""] in failed
+
+
+def test_the_kernel_datapath_line_stands_beside_the_userspace_one():
+    result = {"run_id": "b6", "lines_mbit": {"mtu1500": {
+        "direct_veth": 1600.0, "kernel_forwarding_2_routers": 1500.0, "ovs_2_switches": 60.0,
+        "ovs_2_switches_kernel": 900.0, "kernel_vs_userspace": 15.0}}}
+    rows = bench_rows(result)
+    assert ["  ... on the kernel datapath, mtu1500", "900 Mbit/s",
+            "60 Mbit/s userspace datapath", "15.000"] in rows
+
+
+def test_a_flag_forces_the_userspace_datapath_where_the_module_exists(monkeypatch):
+    from testbed.capabilities import (
+        DATAPATH_ENV,
+        Capability,
+        choose_paths,
+        fabric_datapath,
+    )
+
+    caps = {"ovs_kernel_module": Capability("ovs_kernel_module", True, "module loaded")}
+    monkeypatch.delenv(DATAPATH_ENV, raising=False)
+    assert fabric_datapath(choose_paths(caps)) == "kernel"
+    monkeypatch.setenv(DATAPATH_ENV, "user")  # what `testbed bench --userspace-datapath` sets
+    assert choose_paths(caps).ovs_datapath == "userspace"
+    assert fabric_datapath(choose_paths(caps)) == "user"
+
+
+def test_the_bench_and_doctor_flags_parse():
+    from testbed.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--lines-only", "--userspace-datapath"])
+    assert args.lines_only and args.userspace_datapath
+    assert not build_parser().parse_args(["bench"]).userspace_datapath
+    assert build_parser().parse_args(["doctor"]).probe
+    assert not build_parser().parse_args(["doctor", "--no-probe"]).probe

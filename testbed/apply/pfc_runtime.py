@@ -6,15 +6,12 @@ summary (drops in the lossless queues are ``testbed.measure.counters.lossless_dr
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from testbed.apply.agent_process import AgentProcess
 from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
-from testbed.apply.state import Ledger, stop_process
-from testbed.errors import TestbedError
+from testbed.apply.state import Ledger
 from testbed.model.topology.base import Fabric
 from testbed.plan.pfc import agent_plan
 from testbed.plan.profiles import QueueConfig
@@ -30,21 +27,20 @@ LOG_FILE = "pfc-agent.log"
 # later at most: within the 20 ms the PFC headroom covers per end
 # (testbed.plan.scaling.DEFAULT_PFC_REACTION_TIME_S).
 DEFAULT_POLL_S = 0.004
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 5.0
 
 
-class PauseAgentProcess:
+class PauseAgentProcess(AgentProcess):
     """The pause agent of one fabric, as a process recorded in the run's ledger."""
+
+    module = "testbed.apply.pfc_agent"
+    title = "the PFC pause agent"
+    plan_file, log_file, ready_file, counters_file = PLAN_FILE, LOG_FILE, READY_FILE, COUNTERS_FILE
 
     def __init__(self, fabric: Fabric, queue: QueueConfig, workdir: Path, ledger: Ledger,
                  poll_s: float = DEFAULT_POLL_S, routing: str = "ecmp", log=print):
+        super().__init__(workdir, ledger, log)
         self.plan = agent_plan(fabric, queue, poll_s, routing)
         self.queue = queue
-        self.workdir = workdir
-        self.ledger = ledger
-        self.log = log
-        self.proc: subprocess.Popen | None = None
 
     def start(self, host_pids: dict[str, int], cpus: Sequence[int] = ()) -> None:
         """Launch the agent; ``host_pids`` names a process in each host's namespace, ``cpus``
@@ -62,52 +58,13 @@ class PauseAgentProcess:
         every 4 ms, ``DEFAULT_POLL_S``, it takes 0.36-0.44). Beside ovs-vswitchd its
         polls waited for the forwarding thread's kernel work (this kernel is PREEMPT_NONE),
         up to 41 ms apart, and the 6:1 RoCE incast lost 53 (docs/capacity.md)."""
-        for name in (READY_FILE, COUNTERS_FILE, EVENTS_FILE):
-            (self.workdir / name).unlink(missing_ok=True)
-        plan_path = self.workdir / PLAN_FILE
-        plan_path.write_text(json.dumps(self.plan.to_json(), indent=1))
         (self.workdir / NETNS_FILE).write_text(json.dumps(
             {host: f"/proc/{pid}/ns/net" for host, pid in host_pids.items()}))
-        with open(self.workdir / LOG_FILE, "ab") as log:
-            pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
-            self.proc = subprocess.Popen(
-                [*pin, sys.executable, "-m", "testbed.apply.pfc_agent", str(plan_path),
-                 str(self.workdir)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
-        self.ledger.add_process(self.proc.pid)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (self.workdir / READY_FILE).exists():
-            if self.proc.poll() is not None:
-                raise TestbedError(f"the PFC pause agent exited ({self.proc.returncode}): "
-                                   f"{self._log_tail()}")
-            if time.monotonic() > deadline:
-                raise TestbedError(f"the PFC pause agent did not start within "
-                                   f"{START_TIMEOUT_S:.0f} s; see {self.workdir / LOG_FILE}")
-            time.sleep(0.05)
+        self.launch(self.plan.to_json(), cpus, stale=(EVENTS_FILE,))
         self.log(f"PFC: pause agent watching {sum(map(len, self.plan.switch_ports.values()))} "
                  f"switch ports every {self.plan.poll_s * 1000:g} ms (XOFF "
                  f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)"
                  + (f", on CPU {','.join(map(str, cpus))} with the hosts" if cpus else ""))
-
-    def _log_tail(self) -> str:
-        try:
-            return (self.workdir / LOG_FILE).read_text().strip()[-400:]
-        except OSError:
-            return "no log"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        """Stop the agent (it writes its final counters on the way out)."""
-        stop_process(self.proc, STOP_TIMEOUT_S)
-
-    def counters(self) -> dict:
-        try:
-            return json.loads((self.workdir / COUNTERS_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
 
 
 def pfc_totals(counters: dict) -> dict:

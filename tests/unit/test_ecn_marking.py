@@ -288,12 +288,12 @@ def test_ebpf_plan_queues_each_port_once_with_the_marker_beside_its_buffer():
             f"qdisc replace dev {port.intf} clsact",
             f"filter replace dev {port.intf} egress prio 2 handle 1 bpf da obj {OBJ} "
             "sec classifier"]
-    # per port: zeroed state, counters and sample, then the config that switches it on
-    assert len(plan.bpftool) == 4 * len(plan.ports)
+    # per port: zeroed state, counters, sample and anchor, then the config that switches it on
+    assert len(plan.bpftool) == 5 * len(plan.ports)
     for i, port in enumerate(plan.ports):
-        group = plan.bpftool[4 * i:4 * i + 4]
+        group = plan.bpftool[5 * i:5 * i + 5]
         assert [argv[4].rsplit("/", 1)[1] for argv in group] == [
-            "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_config"]
+            "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_anchor", "ecn_config"]
         key = group[-1][group[-1].index("key") + 2:][:4]
         assert bytes(int(b, 16) for b in key) == port.ifindex.to_bytes(4, "little")
         start = group[-1].index("value") + 2
@@ -319,7 +319,7 @@ def test_a_queue_without_ecn_still_sizes_the_buffer_and_the_marker_only_counts()
     assert [line.split()[8:] for line in red.tc if " handle 10: " in line] == \
         [["bfifo", "limit", "90000"]] * len(red.ports)
     ebpf = fabric_plan("ebpf", queue)
-    config_argv = ebpf.bpftool[3]
+    config_argv = ebpf.bpftool[4]
     start = config_argv.index("value") + 2
     assert unpack_value(CONFIG_LAYOUT, bytes(int(b, 16) for b in config_argv[start:]))[
         "mode"] == MODE_OFF
@@ -495,7 +495,9 @@ def test_counters_and_depths_are_read_per_port(marking, monkeypatch):
     mark.prepare(fabric_plan("ebpf", mark.queue).ports)
     l0_eth3 = next(p for p in mark.ports if p.intf == "l0-eth3")
     counters = {"packets": 900, "bytes": 10**6, "ect_packets": 800, "ce_marks": 120,
-                "ce_arrived": 0, "not_ect_over": 3, "fifo_drops": 2, "max_queue_bytes": 33_000}
+                "ce_arrived": 0, "not_ect_over": 3, "fifo_drops": 2, "max_queue_bytes": 33_000,
+                "anchors": 0, "anchor_error_bytes": 0, "anchor_abs_error_bytes": 0,
+                "anchor_max_abs_error_bytes": 0}
     value = [f"0x{b:02x}" for b in b"".join(v.to_bytes(8, "little") for v in counters.values())]
     key = [f"0x{b:02x}" for b in l0_eth3.ifindex.to_bytes(4, "little")]
     fake.answers = {  # keyed by an argument of the command that reads them

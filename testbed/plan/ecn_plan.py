@@ -46,10 +46,8 @@ from testbed.model.topology.checks import check_count, check_mtu, check_rate
 # pack_value and unpack_value are imported from here by the marker's callers too
 from testbed.plan.bpf_maps import (  # noqa: F401
     Layout,
-    dump_command,
     layout_struct,
     pack_value,
-    parse_dump,
     pin_path,
     unpack_value,
     update_command,
@@ -195,17 +193,6 @@ def ebpf_config_commands(ifindex: int, config: MarkerConfig) -> list[list[str]]:
     return zeroed + [map_update_command("ecn_config", ifindex, config.pack())]
 
 
-def map_dump_command(map_name: str) -> list[str]:
-    """bpftool printing one of the marker's pinned maps as JSON (see ``parse_map_dump``)."""
-    pinned_map_path(map_name)  # one of the marker's
-    return dump_command(map_name)
-
-
-def parse_map_dump(map_name: str, text: str) -> dict[int, dict[str, int]]:
-    """``bpftool -j map dump`` output of one of the marker's maps -> {ifindex: fields}."""
-    return parse_dump(MAPS[map_name], text)
-
-
 def queue_bytes_at(sample: Mapping[str, int], rate_bytes_per_s: int, now_ns: int) -> int:
     """A port's virtual backlog at ``now_ns`` (CLOCK_MONOTONIC, ``time.monotonic_ns()``)
     from its latest ``ecn_qdepth`` sample: drained since, with no arrivals."""
@@ -298,9 +285,3 @@ def choose_ecn_path(report: Platform, prefer: str | None = None,
         raise TestbedError(f"ECN marking by {way} is not possible here: {lacking[0].detail}")
     return path
 
-
-def counter_reset_commands(ifindexes: Iterable[int]) -> list[list[str]]:
-    """bpftool commands zeroing the counters of ports ``ifindexes`` (the virtual queue runs
-    on; a packet counted while this runs may be lost from the new totals)."""
-    zero = pack_value(COUNTERS_LAYOUT, {})
-    return [map_update_command("ecn_counters", ifindex, zero) for ifindex in ifindexes]

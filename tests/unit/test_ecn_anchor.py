@@ -1,19 +1,24 @@
-"""The ECN anchor agent without root: its plan and one poll's anchors
-(testbed.plan.anchoring), and one poll and the agent's loop over stand-in maps and qdiscs.
-Nothing here touches /sys/fs/bpf, tc or a namespace; the anchored rule itself and the
-marker's C are in test_qos.py, the bpf(2) wrapper in test_bpf_syscall.py, the process
-lifecycle in test_agent_process.py."""
+"""The ECN anchor agent without root: its plan and one poll's anchors (testbed.plan.anchoring),
+one poll and the agent's loop over stand-in maps and qdiscs, and the real agent refusing to
+start without the marker's maps. Nothing here touches /sys/fs/bpf, tc or a namespace; the
+anchored rule itself and the marker's C are in test_qos.py, the bpf(2) wrapper in
+test_bpf_syscall.py, the process lifecycle in test_agent_process.py."""
 from __future__ import annotations
 
 import errno
 import json
+import os
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 import testbed.apply.ecn_anchor as ecn_anchor
+import testbed.apply.state as state
+import testbed.errors as errors
 from testbed.apply import bpf_syscall
+from testbed.apply.state import Ledger
 from testbed.plan.anchoring import (
     ANCHOR_POLL_S,
     AnchorPlan,
@@ -192,3 +197,24 @@ def test_a_failing_read_ends_the_agent_with_the_error_recorded(stand_ins, tmp_pa
     record = json.loads((tmp_path / ecn_anchor.COUNTERS_FILE).read_text())
     assert "No such device" in record["error"]
     assert not (tmp_path / ecn_anchor.READY_FILE).exists()  # it never polled once
+
+
+def test_the_anchor_agent_cannot_start_without_the_markers_maps(tmp_path, monkeypatch):
+    """The real agent, its maps pinned where none are: it ends before it is ready, and says
+    why."""
+    from testbed.apply.marking import AnchorAgentProcess
+
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "LEDGER_PATH", tmp_path / "state" / "state.json")
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    ledger = Ledger("run-1", os.getpid())
+    agent = AnchorAgentProcess(workdir, ledger, log=lambda m: None)
+    missing = tmp_path / "no-bpffs"
+    plan = replace(anchored_plan(), qdepth_pin=str(missing / "ecn_qdepth"),
+                   anchor_pin=str(missing / "ecn_anchor"))
+    with pytest.raises(errors.TestbedError) as err:
+        agent.start(plan)
+    assert "the ECN anchor agent exited" in str(err.value)
+    assert "no-bpffs/ecn_qdepth" in str(err.value)  # the map it could not open
+    assert not (workdir / ecn_anchor.READY_FILE).exists()

@@ -108,3 +108,19 @@ def test_a_saturated_thread_is_flagged_even_with_machine_cpu_to_spare(cores, tru
     assert outcomes["pause agent busiest thread"] == "PASS"
     assert v.to_dict()["threads"]["ovs-vswitchd"] == {"thread": "ovs-vswitchd",
                                                       "cores": round(cores, 4)}
+
+
+def test_the_watch_checks_the_busiest_thread_of_every_agent_beside_the_switches():
+    from types import SimpleNamespace
+
+    from testbed.measure.fidelity import Watch
+    from testbed.model.topology import build
+
+    fabric = build("spineleaf", leaves=1, spines=1, hosts_per_leaf=2, host_rate_mbit=20.0)
+    net = SimpleNamespace(fabric=fabric, switchd=SimpleNamespace(pids=[101]),
+                          pfc=SimpleNamespace(proc=SimpleNamespace(pid=202)),
+                          marking=SimpleNamespace(anchor_pids=[303]))
+    assert Watch(net).sampler.threads == {"ovs-vswitchd": [101], "pause agent": [202],
+                                          "ECN anchor agent": [303]}
+    net.pfc = net.marking = None  # neither agent: ovs-vswitchd alone
+    assert Watch(net).sampler.threads == {"ovs-vswitchd": [101]}

@@ -1,5 +1,5 @@
 """Write the parameter shape tables of ResNet-50 and GPT-2 small used by the training patterns
-(testbed/traffic/training/shapes/*.json).
+(traffic/training/shapes/*.json).
 
 Each table lists every parameter tensor in registration order (the order
 ``model.named_parameters()`` yields, which DDP buckets in reverse) with its shape and the
@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-OUT_DIR = Path(__file__).resolve().parents[1] / "testbed" / "traffic" / "training" / "shapes"
+OUT_DIR = Path(__file__).resolve().parents[1] / "traffic" / "training" / "shapes"
 
 RESNET50_BLOCKS = (3, 4, 6, 3)
 RESNET50_WIDTHS = (64, 128, 256, 512)

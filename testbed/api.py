@@ -217,8 +217,8 @@ class Fabric:
         return name in self.description.nodes
 
     def attached(self):
-        """This fabric as testbed.harness.attach.Attached: what ``testbed cli`` works on."""
-        from testbed.harness.attach import Attached
+        """This fabric as testbed.interactive.attach.Attached: what ``testbed cli`` works on."""
+        from testbed.interactive.attach import Attached
 
         return Attached(self.description, {name: h.pid for name, h in self.net.hosts.items()},
                         self.net.switchd)
@@ -330,7 +330,7 @@ class Fabric:
         utilisation of its configured rate, the machine's and ovs-vswitchd's CPU; and so far:
         packets dropped by the emulated queues, the switches' packet counters, the links
         that are down, ECN marking counters per port and PFC (when the queues have them)."""
-        from testbed.harness.attach import links_not_up, read_operstate
+        from testbed.interactive.attach import links_not_up, read_operstate
         from testbed.measure.telemetry import (
             CLOCK_TICKS_PER_S,
             CpuTimes,
@@ -384,17 +384,17 @@ class Fabric:
     def cli(self) -> int:
         """The ``testbed cli`` prompt on this fabric, on this terminal; returns how many
         commands failed."""
-        from testbed.harness.shell import FabricShell
+        from testbed.interactive.shell import FabricShell
 
         return FabricShell(self.attached()).loop()
 
     # -- for testbed up -------------------------------------------------------------------------
     def session_state(self, source: str):
-        """What the holder of this fabric publishes (testbed.harness.session.SessionState)."""
+        """What the holder of this fabric publishes (testbed.interactive.session.SessionState)."""
         import os
 
         from testbed.apply.state import process_start_ticks
-        from testbed.harness.session import SessionState
+        from testbed.interactive.session import SessionState
 
         net = self.net
         return SessionState(

@@ -162,7 +162,7 @@ def cmd_clean(args) -> int:
 def clean_machine() -> None:
     """Remove what an interrupted run, or the holder of a fabric kept up, left behind."""
     from testbed.apply.state import Ledger, RunLock, clean
-    from testbed.harness.session import SessionState
+    from testbed.interactive.session import SessionState
 
     with RunLock("clean"):  # held: no run, and no holder of a fabric, is alive
         ledger = Ledger.load()
@@ -187,7 +187,7 @@ def cmd_up(args) -> int:
     from testbed.api import choose_setup
     from testbed.apply.network import check_root
     from testbed.apply.state import RunLock
-    from testbed.harness import session
+    from testbed.interactive import session
     from testbed.harness.run import new_run_id
     from testbed.harness.scenario import load
 
@@ -230,7 +230,7 @@ def cmd_status(args) -> int:
     import datetime
     from dataclasses import asdict
 
-    from testbed.harness.session import describe, running_session
+    from testbed.interactive.session import describe, running_session
 
     try:
         state = running_session()
@@ -252,8 +252,8 @@ def cmd_exec(args) -> int:
 
     from testbed.apply.network import check_root
     from testbed.apply.state import process_start_ticks
-    from testbed.harness.attach import exec_argv
-    from testbed.harness.session import running_session
+    from testbed.interactive.attach import exec_argv
+    from testbed.interactive.session import running_session
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -274,8 +274,8 @@ def cmd_exec(args) -> int:
 
 def cmd_cli(args) -> int:
     from testbed.apply.network import check_root
-    from testbed.harness.session import running_session
-    from testbed.harness.shell import FabricShell
+    from testbed.interactive.session import running_session
+    from testbed.interactive.shell import FabricShell
 
     check_root()
     failures = FabricShell(running_session().attach()).loop()
@@ -287,7 +287,7 @@ def cmd_down(args) -> int:
 
     from testbed.apply.network import check_root
     from testbed.apply.state import Ledger
-    from testbed.harness import session
+    from testbed.interactive import session
 
     check_root()
     state = session.SessionState.load()

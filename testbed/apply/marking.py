@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -139,7 +140,13 @@ class EcnMarking:
         self.ports: list[Port] = []
         self.anchor: AnchorAgentProcess | None = None
         self._maps: dict[str, PinnedMap] = {}  # the marker's pinned maps, opened on first use
+        self._maps_lock = threading.Lock()  # samplers in several threads read the maps
         self._pins_claimed = False
+
+    @property
+    def models_queue(self) -> bool:
+        """Whether the marker marks by a model of the queue: the eBPF path with ECN on."""
+        return self.path == ECN_PATH_EBPF and self.queue.ecn is not None
 
     # -- bring-up ---------------------------------------------------------------------------
     def prepare(self, ports: Sequence[Port]) -> None:
@@ -168,7 +175,7 @@ class EcnMarking:
         port marks, start the anchor agent on ``cpus`` (the hosts' CPUs of the fabric's CPU
         layout; empty: any). ``impairments`` (interface -> Impairment): a delayed port's
         anchor also counts its netem delay line (``testbed.plan.anchoring``)."""
-        if self.path != ECN_PATH_EBPF or self.anchor is not None:
+        if not self.models_queue or self.anchor is not None:
             return
         plan = anchor_plan(self.ports, self.queue, impairments)
         if plan is None:
@@ -193,10 +200,11 @@ class EcnMarking:
 
     # -- reading ----------------------------------------------------------------------------
     def _map(self, map_name: str) -> PinnedMap:
-        if map_name not in self._maps:
-            self._maps[map_name] = PinnedMap(pinned_map_path(map_name),
-                                             layout_struct(MAPS[map_name]).size)
-        return self._maps[map_name]
+        with self._maps_lock:
+            if map_name not in self._maps:
+                self._maps[map_name] = PinnedMap(pinned_map_path(map_name),
+                                                 layout_struct(MAPS[map_name]).size)
+            return self._maps[map_name]
 
     def _marker_read(self, map_name: str) -> dict[int, dict[str, int]]:
         """The ports' entries of one of the marker's maps, {ifindex: fields}: one system
@@ -243,9 +251,10 @@ class EcnMarking:
         bring-up. Call it while the ports still exist: the agent reads their queues."""
         if self.anchor is not None:
             self.anchor.stop()
-        for pinned in self._maps.values():
-            pinned.close()
-        self._maps = {}
+        with self._maps_lock:
+            for pinned in self._maps.values():
+                pinned.close()
+            self._maps = {}
         if self._pins_claimed:
             remove_pins([str(path) for path in pinned_map_paths()])
 

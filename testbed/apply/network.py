@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.apply import ovs
+from testbed.apply.backlogs import PortBacklogs, shaped_ports
 from testbed.apply.controller import ControllerProcess
 from testbed.apply.loss import LinkLoss
 from testbed.apply.marking import EcnMarking, machine_ecn_path, read_ifindex, run_tool
@@ -125,8 +126,8 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
-    so they go away with it. Its NIC's queue is the port plan of ``queue`` (class queues only
-    when it has traffic classes, ``port_queue.host_queue``; no marking) with the link's
+    so they go away with it. Its NIC's queue is the port plan of ``queue`` at the link's rate
+    (class queues only with traffic classes, ``port_queue.host_queue``; no marking), the link's
     impairment from ``impairments`` (interface -> Impairment). Its offloads are turned off
     unless ``offloads_on`` (the datapath passes offloaded packets); then its GSO packets are
     kept to about a millisecond of its link (``port_queue.gso_max_bytes``), and since only
@@ -289,6 +290,8 @@ class FabricNetwork:
         self.pfc = (PauseAgentProcess(fabric, queue, workdir, ledger, routing=routing,
                                       log=log)
                     if queue is not None and queue.pfc is not None else None)
+        self.shaped_ports = shaped_ports(fabric)
+        self._backlogs: PortBacklogs | None = None  # opened on first use
 
     def __enter__(self) -> FabricNetwork:
         try:
@@ -565,6 +568,32 @@ class FabricNetwork:
             total += counters.queue_drops(counters.read_host_qdiscs(host))
         return total
 
+    def port_backlogs(self) -> dict[str, int]:
+        """Bytes queued now at every shaped egress port, by the link direction it sends on
+        (``src->dst``), read from the kernel's qdiscs (``testbed.apply.backlogs``)."""
+        if self._backlogs is None:
+            self._backlogs = PortBacklogs(self.shaped_ports,
+                                          lambda host: f"/proc/{self.pid(host)}/ns/net")
+        return self._backlogs.read()
+
+    def marker_backlogs(self) -> dict[str, int]:
+        """What the eBPF ECN marker believes is queued now at every switch port it marks,
+        by link direction; empty where no eBPF marker marks (no queue, the RED path, or a
+        queue without ECN)."""
+        if self.marking is None or not self.marking.models_queue:
+            return {}
+        by_intf = {p.intf: p.label for p in self.shaped_ports}
+        return {by_intf[intf]: depth for intf, depth in self.marking.queue_depths().items()}
+
+    def paused_s(self, t0_monotonic: float, t1_monotonic: float) -> dict[str, float]:
+        """Seconds each egress port's lossless class was paused by PFC within the interval,
+        by link direction (only ports that were paused)."""
+        if self.pfc is None:
+            return {}
+        by_intf = {p.intf: p.label for p in self.shaped_ports}
+        return {by_intf[intf]: s for intf, s in
+                self.pfc.paused_s(t0_monotonic, t1_monotonic).items() if intf in by_intf}
+
     def pfc_summary(self) -> dict:
         """PFC so far: pause frames sent and received, time paused, storms (from the pause
         agent) and drops in the lossless queues, switches and hosts (which must stay 0)."""
@@ -624,6 +653,9 @@ class FabricNetwork:
         self.timings.stop_s = time.monotonic() - t0
 
     def _tear_down(self) -> None:
+        if self._backlogs is not None:  # its sockets keep the hosts' namespaces alive
+            self._backlogs.close()
+            self._backlogs = None
         if self.pfc is not None:
             self.pfc.stop()  # first: its sockets in the hosts' namespaces keep them alive
         if self.marking is not None:

@@ -180,13 +180,14 @@ class Agent:
         self.kicks = {intf: kick_frame(mac) for intf, mac in self.macs.items()}
         self.netns_of = {intf: (netns.get(info["node"]) if info["host"] else None)
                          for intf, info in plan.interfaces.items()}
-        self.watches = {(intf, p): QueueWatch(plan.pfc.xoff_bytes, plan.pfc.xon_bytes)
+        self.watches = {(intf, p): QueueWatch(plan.interfaces[intf]["xoff_bytes"],
+                                              plan.interfaces[intf]["xon_bytes"])
                         for ports in plan.switch_ports.values() for intf in ports
                         for p in plan.priorities}
         self.senders = {(intf, p): PauseSender(plan.refresh_s(intf))
                         for ports in plan.switch_ports.values() for intf in ports
                         for p in plan.priorities}
-        storm_s = plan.pfc.storm_threshold_ms / 1000
+        storm_s = plan.storm_threshold_ms / 1000
         self.timers = {(intf, p): PauseTimer(info["rate_mbit"], storm_s)
                        for intf, info in plan.interfaces.items() for p in plan.priorities}
         self.backlogs = QdiscBacklogs({(self.ifindex[i], Handles.leaf_major(p))
@@ -240,7 +241,7 @@ class Agent:
         key = (intf, prio, frame)
         if key not in self.frames:
             mac = self.macs[intf]
-            self.frames[key] = (xoff_frame(mac, [prio], self.plan.pfc.quanta) if frame == XOFF
+            self.frames[key] = (xoff_frame(mac, [prio], self.plan.quanta) if frame == XOFF
                                 else xon_frame(mac, [prio]))
         return self.frames[key]
 
@@ -318,9 +319,9 @@ class Agent:
 
     def _apply(self, intf: str, prio: int, paused: bool, why: str) -> None:
         plan = self.plan
-        params = (paused_tbf(plan.mtu_bytes, plan.buffer_bytes) if paused else
-                  running_tbf(plan.interfaces[intf]["rate_mbit"], plan.mtu_bytes,
-                              plan.buffer_bytes))
+        port = plan.interfaces[intf]
+        params = (paused_tbf(plan.mtu_bytes, port["buffer_bytes"]) if paused else
+                  running_tbf(port["rate_mbit"], plan.mtu_bytes, port["buffer_bytes"]))
         self.changers[self.netns_of[intf]].change_tbf(
             self.ifindex[intf], Handles.leaf_major(prio) << 16,
             Handles.class_id_number(prio), params)

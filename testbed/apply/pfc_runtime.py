@@ -13,6 +13,8 @@ from testbed.apply.agent_process import AgentProcess
 from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
 from testbed.apply.state import Ledger
 from testbed.model.topology.base import Fabric
+from testbed.plan.pfc import PAUSE as PAUSE_EVENT
+from testbed.plan.pfc import RESUME as RESUME_EVENT
 from testbed.plan.pfc import agent_plan
 from testbed.plan.profiles import QueueConfig
 
@@ -61,10 +63,56 @@ class PauseAgentProcess(AgentProcess):
         (self.workdir / NETNS_FILE).write_text(json.dumps(
             {host: f"/proc/{pid}/ns/net" for host, pid in host_pids.items()}))
         self.launch(self.plan.to_json(), cpus, stale=(EVENTS_FILE,))
+        rates = self.queue.by_rate
+        thresholds = "; ".join(f"XOFF {q.pfc.xoff_bytes} B, XON {q.pfc.xon_bytes} B"
+                               + (f" at {q.rate_mbit:g} Mbit/s" if len(rates) > 1 else "")
+                               for q in rates)
         self.log(f"PFC: pause agent watching {sum(map(len, self.plan.switch_ports.values()))} "
-                 f"switch ports every {self.plan.poll_s * 1000:g} ms (XOFF "
-                 f"{self.plan.pfc.xoff_bytes} B, XON {self.plan.pfc.xon_bytes} B)"
+                 f"switch ports every {self.plan.poll_s * 1000:g} ms ({thresholds})"
                  + (f", on CPU {','.join(map(str, cpus))} with the hosts" if cpus else ""))
+
+    def paused_s(self, t0_monotonic: float, t1_monotonic: float) -> dict[str, float]:
+        """Seconds each interface's lossless class was paused within the interval, from the
+        agent's events (written every ``SNAPSHOT_S``, so the last fraction of a second may
+        not be in yet; a pause still open at the end counts up to it)."""
+        try:
+            lines = (self.workdir / EVENTS_FILE).read_text().splitlines()
+        except OSError:
+            return {}
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue  # a line the agent is still writing
+        return paused_within(events, t0_monotonic, t1_monotonic)
+
+
+def paused_within(events: list[dict], t0: float, t1: float) -> dict[str, float]:
+    """Seconds within [t0, t1] each interface had any lossless priority paused, from the
+    pause agent's ``pause`` and ``resume`` events (monotonic ``t``, ``intf``, ``priority``);
+    only interfaces paused at some point of the interval."""
+    open_at: dict[tuple[str, int], float] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for event in sorted(events, key=lambda e: e["t"]):
+        key = (event.get("intf"), event.get("priority"))
+        if event.get("event") == PAUSE_EVENT:
+            open_at.setdefault(key, event["t"])
+        elif event.get("event") == RESUME_EVENT and key in open_at:
+            spans.setdefault(key[0], []).append((open_at.pop(key), event["t"]))
+    for (intf, _), start in open_at.items():
+        spans.setdefault(intf, []).append((start, t1))
+    out = {}
+    for intf, intervals in spans.items():
+        total, reach = 0.0, t0
+        for start, end in sorted(intervals):  # union of the priorities' pauses
+            start, end = max(start, reach), min(end, t1)
+            if end > start:
+                total += end - start
+                reach = end
+        if total > 0:
+            out[intf] = total
+    return out
 
 
 def pfc_totals(counters: dict) -> dict:

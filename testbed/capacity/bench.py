@@ -15,7 +15,7 @@ invocation, written as JSON and printed as a table.
 4. Failover: an edge uplink of the k=4 fat-tree cut under single-path routing, the time until
    the controller rerouted (against the 1 s goal) and the probes lost (testbed.measure.failover).
 5. Anycast switch-over: on the k=4 fat-tree a client probing an anycast service every 10 ms
-   while its near replica's link is cut and restored (testbed.experiments.anycast.failover).
+   while its near replica's link is cut and restored (testbed.experiments.anycast_failover.failover).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from testbed.apply.controller import write_anycast
 from testbed.apply.network import FabricNetwork
 from testbed.harness.experiment import Setup
 from testbed.harness.fabric_checks import anycast_reachable
-from testbed.harness.flows import start_iperf_server
+from testbed.drive.flows import start_iperf_server
 from testbed.harness.run import machine, new_run_id
 from testbed.model.topology import build
 
@@ -198,8 +198,8 @@ def failover_times(workdir: Path, ledger, log) -> dict:
 
 def anycast_times(workdir: Path, ledger, log) -> dict:
     """A client of an anycast service on the k=4 fat-tree moved off its near replica by a
-    link cut, then back by the repair; see testbed.experiments.anycast.failover."""
-    from testbed.experiments.anycast.failover import FAT_TREE_K4, cut_and_repair
+    link cut, then back by the repair; see testbed.experiments.anycast_failover.failover."""
+    from testbed.experiments.anycast_failover.failover import FAT_TREE_K4, cut_and_repair
 
     fabric = build("fattree", k=4, host_rate_mbit=6.0)
     rundir = workdir / "anycast"

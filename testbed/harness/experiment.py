@@ -14,7 +14,7 @@ The harness (testbed.harness.run) owns everything else: the scenario, the machin
 ledger, the results folder and its layout, bring-up and reachability of each setup, the
 failure schedule and impairments, the emulator's trust, the report and the exit status.
 Experiments import no other experiment; what they share lives in testbed.plan,
-testbed.measure and testbed.harness.flows.
+testbed.measure and testbed.drive.flows.
 """
 from __future__ import annotations
 

@@ -36,11 +36,42 @@ def queue_plan(spec: QueueSpec | None, rate_mbit: float, mtu_bytes: int,
                fabric: Fabric) -> tuple:
     """Every shaped port's queue (testbed.plan.profiles.QueueConfig) from a queue section,
     and the record of how its thresholds were chosen; (None, None) without a section.
-    Errors name the field inside ``queue``."""
+
+    The queue is sized for the scenario's ``rate_mbit``; where the fabric's links run at
+    other rates (spine-leaf uplinks, fat-tree fabric links, NVLinks, an explicit link's own
+    rate), it carries one queue per such rate (``QueueConfig.for_rate``), sized alike: the
+    section's explicit values as given, a default buffer and a scheme's thresholds at that
+    rate. The record then lists every rate's under ``rates``. Errors name the field inside
+    ``queue``."""
     if spec is None:
         return None, None
-    from testbed.plan.port_queue import default_buffer_bytes
+    for key in ("buffer_bytes", "path", "sample_ms"):
+        if key in (spec.ecn or {}):
+            raise ConfigError(f"queue.ecn.{key}", f"set it on the queue (queue.{key}), not "
+                              "under ecn")
     from testbed.plan.pfc import switch_fan_in
+
+    fan_in = switch_fan_in(fabric)
+    queue, record = _rate_queue(spec, rate_mbit, mtu_bytes, fan_in)
+    others = sorted({link.rate_mbit for link in fabric.links
+                     if link.rate_mbit is not None} - {rate_mbit})
+    if not others:
+        return queue, record
+    planned = [_rate_queue(spec, other, mtu_bytes, fan_in, f" (links at {other:g} Mbit/s)")
+               for other in others]
+    queue = replace(queue, rate_mbit=rate_mbit,
+                    other_rates=tuple(replace(q, rate_mbit=r)
+                                      for r, (q, _) in zip(others, planned)))
+    records = [(rate_mbit, record)] + [(r, rec) for r, (_, rec) in zip(others, planned)]
+    record["rates"] = [{"rate_mbit": r, **rec} for r, rec in sorted(records)]
+    return queue, record
+
+
+def _rate_queue(spec: QueueSpec, rate_mbit: float, mtu_bytes: int, fan_in: int,
+                where: str = "") -> tuple:
+    """The queue section's queue for ports at ``rate_mbit`` and its record; errors name the
+    field inside ``queue`` and end with ``where``."""
+    from testbed.plan.port_queue import default_buffer_bytes
     from testbed.plan.profiles import QueueConfig
     from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_thresholds
     from testbed.plan.settings import ecn_settings
@@ -49,10 +80,6 @@ def queue_plan(spec: QueueSpec | None, rate_mbit: float, mtu_bytes: int,
     record: dict = {"buffer_bytes": buffer_bytes,
                     "buffer_rule": "as configured" if spec.buffer_bytes else
                     "50 ms at the link rate, at least 8 frames"}
-    for key in ("buffer_bytes", "path", "sample_ms"):
-        if key in (spec.ecn or {}):
-            raise ConfigError(f"queue.ecn.{key}", f"set it on the queue (queue.{key}), not "
-                              "under ecn")
     try:
         queue = QueueConfig(buffer_bytes=buffer_bytes, class_queues=spec.classes)
         if spec.ecn is not None:
@@ -64,11 +91,10 @@ def queue_plan(spec: QueueSpec | None, rate_mbit: float, mtu_bytes: int,
             reaction = (spec.pfc.reaction_time_s if not isinstance(spec.pfc, bool)
                         and spec.pfc.reaction_time_s is not None else DEFAULT_PFC_REACTION_TIME_S)
             pfc, record["pfc"] = pfc_thresholds(rate_mbit, mtu_bytes, buffer_bytes,
-                                                reaction_time_s=reaction,
-                                                fan_in=switch_fan_in(fabric))
+                                                reaction_time_s=reaction, fan_in=fan_in)
             queue = replace(queue, pfc=pfc)
     except ConfigError as err:
-        raise ConfigError(f"queue.{err.field}", err.problem) from None
+        raise ConfigError(f"queue.{err.field}", err.problem + where) from None
     return queue, record
 
 

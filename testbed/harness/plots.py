@@ -102,11 +102,13 @@ def plot_queue_depth(queue_samples: dict, ecn: dict, title: str, path: Path,
     fig, ax = plt.subplots(figsize=(9, 4))
     for intf in busiest_ports(queue_samples, most):
         ax.plot(t, [d / 1000 for d in queue_samples["depth_bytes"][intf]], lw=0.8, label=intf)
-    if ecn["marking_starts_bytes"] is not None:
-        ax.axhline(ecn["marking_starts_bytes"] / 1000, color="k", ls="--", lw=1,
-                   label="marking starts")
-    ax.axhline(ecn["queue"]["buffer_bytes"] / 1000, color="tab:red", ls=":", lw=1,
-               label="buffer")
+    starts = ecn["marking_starts_bytes"]  # per port where the links run at several rates
+    starts = sorted(set(starts.values())) if isinstance(starts, dict) else [starts]
+    buffers = sorted({q["buffer_bytes"] for q in ecn["queue"].get("rates", [ecn["queue"]])})
+    for levels, style, label in ((starts, {"color": "k", "ls": "--"}, "marking starts"),
+                                 (buffers, {"color": "tab:red", "ls": ":"}, "buffer")):
+        for i, level in enumerate(level for level in levels if level is not None):
+            ax.axhline(level / 1000, lw=1, label=label if i == 0 else None, **style)
     ax.set_xlabel("time since start of sampling (s)")
     ax.set_ylabel("queue (KB)")
     ax.set_title(f"{title}\nswitch egress queues ({ecn['path']}), sampled every "

@@ -6,12 +6,12 @@ import importlib
 
 EXPERIMENTS = {  # name (a scenario's ``experiment``, a CLI subcommand) -> "module:Class"
     "allreduce": "testbed.experiments.allreduce.experiment:AllReduce",
-    "anycast-failover": "testbed.experiments.anycast.experiment:Anycast",
+    "anycast-failover": "testbed.experiments.anycast_failover.experiment:Anycast",
     "hedera": "testbed.experiments.hedera.experiment:Hedera",
-    "dragonfly-routing": "testbed.experiments.dragonfly.experiment:DragonflyRouting",
+    "dragonfly-routing": "testbed.experiments.dragonfly_routing.experiment:DragonflyRouting",
     "dctcp": "testbed.experiments.dctcp.experiment:Dctcp",
     "incast": "testbed.experiments.incast.experiment:Incast",
-    "pfc-demo": "testbed.experiments.pfc.experiment:PfcDemo",
+    "pfc-demo": "testbed.experiments.pfc_demo.experiment:PfcDemo",
     "roce-loss": "testbed.experiments.roce_loss.experiment:RoceLoss",
     "roce-dcqcn": "testbed.experiments.roce_dcqcn.experiment:RoceDcqcn",
     "roce-incast-pfc": "testbed.experiments.roce_incast_pfc.experiment:RoceIncastPfc",

@@ -8,7 +8,14 @@ The verdict rests on three signals, as totals or means over the workload:
   the rest was lost inside the emulator (a switch that could not read its ports fast enough);
 - delivery, for bandwidth-bound workloads: the busiest link (the bottleneck) must carry close
   to its configured rate. An emulator that falls behind without losing packets adds delay
-  instead, and this is where it shows.
+  instead, and this is where it shows;
+- delivery of every backlogged port, whatever the workload: a port whose queue held a standing
+  backlog had packets to send all along, so it must have sent at its rate (less the time PFC
+  paused it). A shaper that drains below its rate (late timer wake-ups: steal, softirq work
+  deferred) lengthens every queue and cuts every rate while no other signal moves;
+- on the eBPF marking path, the marker's model of each marked queue against the kernel's own
+  reading of that queue (``testbed.apply.backlogs``, a reading the marker never sees): marks
+  made on a model that strayed from the queue mean nothing.
 Reported beside them: TCP retransmissions and ovs-vswitchd's CPU. The last is no signal by
 itself: with the userspace datapath its main loop makes a fixed-cost pass over every port per
 wake-up and stays near one core under any load, absorbing more load in bigger batches.
@@ -19,11 +26,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from testbed.measure.telemetry import (
+    QueueReaders,
     Sampler,
     link_directions,
     window_mean,
     window_rates_mbit,
 )
+from testbed.measure.stats import percentile
 from testbed.model.verdict import Check, at_least, at_most
 
 # Named tolerances.
@@ -45,6 +54,23 @@ MAX_THREAD_CORES = 0.99
 # VM, runs that kept every other check took 5-15% stolen; every wake-up it delays comes late
 # (a pause, a shaper's timer, a rank's turn), so it is named beside the verdict from here on.
 STOLEN_NOTE_FRACTION = 0.05
+# A port holds a standing backlog when at least STANDING_BACKLOG_FRAMES full frames wait in
+# its queue in at least STANDING_SAMPLE_FRACTION of the samples of the window (at least
+# MIN_QUEUE_SAMPLES of them): it had something to send nearly all the time, so it must send at
+# its rate, at least MIN_BACKLOGGED_DELIVERY_FRACTION of it over the window, less the time
+# PFC paused it.
+STANDING_BACKLOG_FRAMES = 2
+STANDING_SAMPLE_FRACTION = 0.5
+MIN_QUEUE_SAMPLES = 4
+MIN_BACKLOGGED_DELIVERY_FRACTION = 0.90
+# The eBPF marker's model of a queue may differ from the kernel's reading of that queue by at
+# most a quarter of the marking range (K for step marking, Kmax - Kmin for RED) plus two
+# frames, at the MARKER_DIVERGENCE_PERCENTILE of the samples of the window: beyond that its
+# marks follow another queue than the real one.
+MARKER_DIVERGENCE_RANGE_FRACTION = 0.25
+MARKER_DIVERGENCE_SLACK_FRAMES = 2
+MARKER_DIVERGENCE_PERCENTILE = 95
+ETHERNET_HEADER_BYTES = 14
 
 
 @dataclass(frozen=True)
@@ -73,13 +99,128 @@ def emulator_losses(rx_packets: int, tx_packets: int, queue_drops: int) -> int:
     return max(0, rx_packets - tx_packets - queue_drops)
 
 
+def _in_window(t_s: list[float], window_s: tuple[float, float]) -> list[int]:
+    return [i for i, t in enumerate(t_s) if window_s[0] <= t <= window_s[1]]
+
+
+def standing_ports(t_s: list[float], backlog_bytes: dict[str, list[int]],
+                   window_s: tuple[float, float], frame_bytes: int) -> dict[str, float]:
+    """The ports that held a standing backlog over the window (module constants), each with
+    the fraction of its samples at or above ``STANDING_BACKLOG_FRAMES`` frames."""
+    inside = _in_window(t_s, window_s)
+    if len(inside) < MIN_QUEUE_SAMPLES:
+        return {}
+    floor = STANDING_BACKLOG_FRAMES * frame_bytes
+    out = {}
+    for label, values in backlog_bytes.items():
+        share = sum(values[i] >= floor for i in inside) / len(inside)
+        if share >= STANDING_SAMPLE_FRACTION:
+            out[label] = share
+    return out
+
+
+def backlogged_delivery(standing: dict[str, float], rates_mbit: dict[str, float],
+                        rate_of: dict[str, float], paused_s: dict[str, float],
+                        window_s: float) -> dict[str, float]:
+    """Each standing port's delivery: what it sent over the window against what its rate
+    sends in the part of the window PFC did not pause it (1.0 when paused throughout)."""
+    out = {}
+    for label in standing:
+        active_s = window_s - min(paused_s.get(label, 0.0), window_s)
+        if label not in rate_of or active_s <= 0:
+            out[label] = 1.0
+            continue
+        out[label] = rates_mbit.get(label, 0.0) / (rate_of[label] * active_s / window_s)
+    return out
+
+
+def marker_divergence(t_s: list[float], model_bytes: dict[str, list[int]],
+                      real_bytes: dict[str, list[int]],
+                      window_s: tuple[float, float]) -> dict[str, dict]:
+    """Per marked port, how far the marker's model stood from the kernel's reading of the same
+    queue over the window: the ``MARKER_DIVERGENCE_PERCENTILE`` of |model - real|, the mean
+    of model - real (its bias) and the samples."""
+    inside = _in_window(t_s, window_s)
+    out = {}
+    for label, model in model_bytes.items():
+        real = real_bytes.get(label)
+        if real is None or not inside:
+            continue
+        diffs = [model[i] - real[i] for i in inside]
+        out[label] = {"abs_bytes": percentile([abs(d) for d in diffs],
+                                              MARKER_DIVERGENCE_PERCENTILE),
+                      "mean_bytes": sum(diffs) / len(diffs), "samples": len(diffs)}
+    return out
+
+
+def marker_tolerance_bytes(ecn, frame_bytes: int) -> int:
+    """How far a marker's model may stand from the real queue (module constants), for an ECN
+    profile (testbed.plan.profiles.StepEcn or RedEcn)."""
+    span = ecn.k_bytes if hasattr(ecn, "k_bytes") else ecn.kmax_bytes - ecn.kmin_bytes
+    return int(MARKER_DIVERGENCE_RANGE_FRACTION * span
+               + MARKER_DIVERGENCE_SLACK_FRAMES * frame_bytes)
+
+
+def backlog_checks(delivery: dict[str, float] | None, marker: dict[str, dict] | None,
+                   setup: str | None = None) -> tuple[list[Check], list[str]]:
+    """The checks (and problems) of the ports' queues: every backlogged port delivered its
+    rate (``delivery``: standing port -> its delivery, ``backlogged_delivery``), and every
+    marked port's model stayed near the queue (``marker``: port -> ``marker_divergence``'s
+    entry with its ``tolerance_bytes``). None: not measured, no check; ``{"error": why}``:
+    sampling failed, so the run cannot be trusted."""
+    checks, problems = [], []
+    if delivery is not None and "error" in delivery:
+        checks.append(Check("backlogged ports deliver their rate", None,
+                            f">= {MIN_BACKLOGGED_DELIVERY_FRACTION:g}", None,
+                            "fraction of its rate", None,
+                            f"the ports' queues could not be read: {delivery['error']}", setup))
+        problems.append(f"the ports' queues could not be read ({delivery['error']}), so "
+                        "whether they drained at their rates is unknown")
+    elif delivery is not None:
+        worst = min(delivery, key=delivery.get) if delivery else None
+        measured = None if worst is None else round(delivery[worst], 4)
+        ok = worst is None or delivery[worst] >= MIN_BACKLOGGED_DELIVERY_FRACTION
+        statement = (f"{len(delivery)} ports held a standing backlog; the slowest, {worst}, "
+                     f"sent {delivery[worst]:.0%} of its rate" if worst else
+                     "no port held a standing backlog")
+        checks.append(Check("backlogged ports deliver their rate", measured,
+                            f">= {MIN_BACKLOGGED_DELIVERY_FRACTION:g}", None,
+                            "fraction of its rate", ok, statement, setup))
+        if not ok:
+            slow = sorted(label for label, f in delivery.items()
+                          if f < MIN_BACKLOGGED_DELIVERY_FRACTION)
+            problems.append(f"{len(slow)} backlogged ports sent below "
+                            f"{MIN_BACKLOGGED_DELIVERY_FRACTION:.0%} of their rate ({worst}: "
+                            f"{delivery[worst]:.0%}): a shaper drained below its rate")
+    if marker:
+        worst = max(marker, key=lambda k: marker[k]["abs_bytes"] / marker[k]["tolerance_bytes"])
+        entry = marker[worst]
+        ok = all(m["abs_bytes"] <= m["tolerance_bytes"] for m in marker.values())
+        checks.append(Check("ECN marker's model follows the real queue",
+                            round(entry["abs_bytes"]), f"<= {entry['tolerance_bytes']}", None,
+                            f"bytes, p{MARKER_DIVERGENCE_PERCENTILE} of |model - qdisc|", ok,
+                            f"{worst}: the marker's model stood within {entry['abs_bytes']:.0f} "
+                            f"B of the kernel's reading of the queue in "
+                            f"{MARKER_DIVERGENCE_PERCENTILE}% of {entry['samples']} samples",
+                            setup))
+        if not ok:
+            problems.append(f"the ECN marker's model of {worst} stood {entry['abs_bytes']:.0f} "
+                            f"B from the real queue (limit {entry['tolerance_bytes']} B): it "
+                            "marked another queue than the real one")
+    return checks, problems
+
+
 def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fraction: float,
           emulator_loss_fraction: float, bandwidth_bound: bool = True,
           setup: str | None = None, threads: dict[str, tuple[str, float]] | None = None,
-          rtt: dict | None = None, cpu_stolen_fraction: float | None = None) -> Verdict:
-    """Trustworthy when the CPU had headroom, the switches lost (almost) nothing and, for a
-    bandwidth-bound workload, the bottleneck link carried close to its rate. CPU time stolen
-    by a hypervisor (part of the busy time) is noted from ``STOLEN_NOTE_FRACTION`` up."""
+          rtt: dict | None = None, cpu_stolen_fraction: float | None = None,
+          backlogged: dict[str, float] | None = None,
+          marker: dict[str, dict] | None = None) -> Verdict:
+    """Trustworthy when the CPU had headroom, the switches lost (almost) nothing, every
+    backlogged port delivered its rate (``backlogged``), every marker's model followed its
+    queue (``marker``; ``backlog_checks``) and, for a bandwidth-bound workload, the
+    bottleneck link carried close to its rate. CPU time stolen by a hypervisor (part of the
+    busy time) is noted from ``STOLEN_NOTE_FRACTION`` up."""
     problems = []
     if cpu_busy_fraction > MAX_CPU_BUSY_FRACTION:
         problems.append(f"machine CPU {cpu_busy_fraction:.0%} busy (limit "
@@ -110,6 +251,8 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
         problems.append(f"the probe's RTT under load exceeded its idle RTT plus every emulated "
                         f"queue on its path by {excess:.1f} ms at the median (limit "
                         f"{rtt['limit_ms']:.1f} ms): the emulator added delay")
+    queue_checks, queue_problems = backlog_checks(backlogged, marker, setup)
+    problems += queue_problems
     reasons = problems or [f"CPU {cpu_busy_fraction:.0%} busy, switches lost "
                            f"{emulator_loss_fraction:.3%} of packets outside emulated queues, "
                            f"busiest link at {link_delivery_fraction:.0%} of its rate "
@@ -138,6 +281,7 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
                               None if excess is None else round(excess, 2), rtt["limit_ms"],
                               "ms", "a probe across the fabric waited no longer than the queues "
                               "the emulator models explain", setup))
+    checks += queue_checks
     return Verdict(not problems, reasons, cpu_busy_fraction, vswitchd_cores,
                    link_delivery_fraction, emulator_loss_fraction, notes, checks,
                    {p: {"thread": th, "cores": c} for p, (th, c) in threads.items()}, rtt,
@@ -166,8 +310,10 @@ class Watch:
         anchor_pids = getattr(getattr(net, "marking", None), "anchor_pids", [])
         if anchor_pids:
             threads["ECN anchor agent"] = list(anchor_pids)
+        queues = (QueueReaders(net.port_backlogs, net.marker_backlogs)
+                  if hasattr(net, "port_backlogs") else None)
         self.sampler = Sampler(link_directions(net.fabric), net.switchd.pids, interval_s,
-                               threads=threads)
+                               threads=threads, queues=queues)
         self.directions = {d.label: d for d in self.sampler.directions}
         self.before: dict[str, int] = {}
         self.switches: dict[str, int] = {}
@@ -227,11 +373,37 @@ class Watch:
         if self.probe is not None:
             t0 = self.sampler._t0
             rtt = self.probe.result((t0 + window[0], t0 + window[1])).to_dict()
+        backlogged, marker = self.queue_signals(window)
         return judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
                      window_mean(self.series.vswitchd_cores, self.series, *window),
                      delivery, self.emulator_lost() / received, bandwidth_bound, setup,
                      self.busiest_threads(window), rtt,
-                     window_mean(self.series.cpu_stolen_fraction, self.series, *window))
+                     window_mean(self.series.cpu_stolen_fraction, self.series, *window),
+                     backlogged, marker)
+
+    def queue_signals(self, window_s: tuple[float, float]) -> tuple[dict | None, dict | None]:
+        """The standing ports' delivery and the marked ports' divergence over the window
+        (``judge``'s ``backlogged`` and ``marker``); None where not sampled."""
+        s = self.series
+        if self.sampler.queues is None:
+            return None, None
+        if s.queue_error is not None:
+            return {"error": s.queue_error}, None
+        frame = self.net.fabric.mtu_bytes + ETHERNET_HEADER_BYTES
+        standing = standing_ports(s.queue_t_s, s.backlog_bytes, window_s, frame)
+        t0 = self.sampler._t0
+        paused = self.net.paused_s(t0 + window_s[0], t0 + window_s[1]) if standing else {}
+        rates = {label: d.rate_mbit for label, d in self.directions.items() if d.rate_mbit}
+        delivery = backlogged_delivery(standing, self.rates_mbit(window_s), rates, paused,
+                                       window_s[1] - window_s[0])
+        marker = None
+        if s.model_bytes:  # each port judged by the thresholds of its own link's rate
+            queue = self.net.queue
+            marker = {label: {**entry, "tolerance_bytes": marker_tolerance_bytes(
+                          queue.for_rate(self.directions[label].rate_mbit).ecn, frame)}
+                      for label, entry in marker_divergence(s.queue_t_s, s.model_bytes,
+                                                            s.backlog_bytes, window_s).items()}
+        return delivery, marker
 
     def busiest_threads(self, window_s: tuple[float, float]) -> dict[str, tuple[str, float]]:
         """Per watched process, the thread busiest in most intervals of the window and the

@@ -4,7 +4,7 @@ fraction of what their senders' host links could carry, whether the emulator kep
 every window the flows were measured in, and the figure comparing setups pattern by pattern.
 
 The experiments that compare routings by the throughput a pattern gets (hedera,
-dragonfly-routing) share it; testbed.harness.flows.run_pattern runs the flows and returns a
+dragonfly-routing) share it; testbed.drive.flows.run_pattern runs the flows and returns a
 ``PatternResult``. Everything here is pure but ``windows_fidelity`` and ``setup_results``,
 which read a testbed.measure.fidelity.Watch, and the plots, which write a PNG.
 """

@@ -25,6 +25,7 @@ from testbed.measure.counters import counter_delta, counter_totals, port_counter
 from testbed.measure.stats import percentile
 from testbed.plan.ecn_plan import queue_bytes_at, rate_bytes_per_s
 from testbed.plan.port_queue import Port
+from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import EcnSettings, queue_record
 
 PERCENTILES = (50, 90, 99)
@@ -53,10 +54,12 @@ class QueueSeries:
     error: str | None = None  # why sampling stopped early
 
 
-def depth_stats(series: QueueSeries, threshold_bytes: int | None = None) -> dict | None:
+def depth_stats(series: QueueSeries,
+                threshold_bytes: int | Mapping[str, int] | None = None) -> dict | None:
     """Per-port statistics of the sampled depths (mean, percentiles, max, and the fraction of
-    samples above ``threshold_bytes``, where marking starts), plus the interval the sampler
-    achieved and the time its reads took; None without samples."""
+    samples above ``threshold_bytes``, where marking starts: one for every port, or per
+    interface), plus the interval the sampler achieved and the time its reads took; None
+    without samples."""
     n = len(series.t_s)
     if n == 0:
         return None
@@ -64,8 +67,10 @@ def depth_stats(series: QueueSeries, threshold_bytes: int | None = None) -> dict
     for intf, depths in series.depth_bytes.items():
         stats = {"mean": sum(depths) / n, "max": max(depths),
                  **{f"p{pct}": percentile(depths, pct) for pct in PERCENTILES}}
-        if threshold_bytes is not None:
-            stats["above_threshold_fraction"] = sum(d > threshold_bytes for d in depths) / n
+        limit = (threshold_bytes.get(intf) if isinstance(threshold_bytes, Mapping)
+                 else threshold_bytes)
+        if limit is not None:
+            stats["above_threshold_fraction"] = sum(d > limit for d in depths) / n
         ports[intf] = stats
     span = series.t_s[-1] - series.t_s[0]
     return {"samples": n, "interval_s_mean": span / (n - 1) if n > 1 else None,
@@ -146,7 +151,7 @@ def ecn_report(settings: EcnSettings, path: str, counters: Mapping[str, Mapping]
     ``anchoring``: the anchor agent's record (``EcnMarking.anchoring``), beside the model's
     errors at the anchors (``anchor_errors``)."""
     queue = settings.queue
-    threshold = queue.ecn.start_bytes if queue.ecn is not None else None
+    threshold = marking_starts_bytes(queue, counters)
     errors = anchor_errors(counters)
     report = {"path": path, "queue": queue_record(queue), "scaling": settings.scaling,
               "marking_starts_bytes": threshold, "sample_ms": settings.sample_ms,
@@ -160,3 +165,16 @@ def ecn_report(settings: EcnSettings, path: str, counters: Mapping[str, Mapping]
         report["sampler_error"] = series.error
         report["samples"] = asdict(series)
     return report
+
+
+def marking_starts_bytes(queue: QueueConfig,
+                         counters: Mapping[str, Mapping]) -> int | dict[str, int] | None:
+    """The backlog above which ``queue`` marks: one number, or with several link rates
+    (``QueueConfig.for_rate``) each port's (interface -> bytes, from its counters' rate);
+    None without ECN."""
+    if queue.ecn is None:
+        return None
+    if not queue.other_rates:
+        return queue.ecn.start_bytes
+    return {intf: queue.for_rate(port["rate_mbit"]).ecn.start_bytes
+            for intf, port in counters.items()}

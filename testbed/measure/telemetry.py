@@ -1,4 +1,5 @@
-"""Samplers that run beside an experiment: link byte counters and CPU, as time series.
+"""Samplers that run beside an experiment: link byte counters, CPU and the ports' queues, as
+time series.
 
 Counters are read from the switch-side interfaces in the root namespace
 (/sys/class/net/IF/statistics), so sampling never enters a host. For a link a->b the bytes
@@ -10,7 +11,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -152,16 +153,34 @@ class Series:
     # name, per interval: a saturated forwarding thread shows here when the machine does not
     thread_cores: dict[str, list[float]] = field(default_factory=dict)
     thread_names: dict[str, list[str]] = field(default_factory=dict)
+    # every shaped port's backlog (bytes, by link direction) at times queue_t_s, and, where an
+    # eBPF marker marks by a model of the queue, that model read just before
+    queue_t_s: list[float] = field(default_factory=list)
+    backlog_bytes: dict[str, list[int]] = field(default_factory=dict)
+    model_bytes: dict[str, list[int]] = field(default_factory=dict)
+    queue_error: str | None = None  # why queue sampling stopped early
+
+
+class QueueReaders(NamedTuple):
+    """Readers of a running fabric's queues: ``backlogs()`` -> {link direction: bytes queued
+    at its egress port}; ``models()`` -> the same for the ports an eBPF marker marks by a
+    model of the queue, as the model has it (empty without one)."""
+
+    backlogs: Callable[[], Mapping[str, int]]
+    models: Callable[[], Mapping[str, int]]
 
 
 class Sampler:
     """Samples counters every ``interval_s`` in a thread until stopped."""
 
     def __init__(self, directions: list[Direction], vswitchd_pids: list[int],
-                 interval_s: float = 0.25, threads: dict[str, list[int]] | None = None):
+                 interval_s: float = 0.25, threads: dict[str, list[int]] | None = None,
+                 queues: QueueReaders | None = None):
         """``threads``: process name -> PIDs whose threads are watched one by one (by default
-        ovs-vswitchd's)."""
+        ovs-vswitchd's); ``queues``: how to read the ports' backlogs and the marker's model
+        of them (none: not sampled)."""
         self.directions = directions
+        self.queues = queues
         self.vswitchd_pids = list(vswitchd_pids)
         self.interval_s = interval_s
         self.threads = dict(threads) if threads is not None else {
@@ -223,8 +242,28 @@ class Sampler:
                     s.thread_cores[name][0] = s.thread_cores[name][1]
                     s.thread_names[name][0] = s.thread_names[name][1]
             last_cpu, last_vsw, last_t = cpu, vsw, now
+            if self.queues is not None and s.queue_error is None:
+                self._sample_queues(now)
             if self._stop.wait(self.interval_s):
                 break
+
+    def _sample_queues(self, now: float) -> None:
+        """One reading of the marker's model, then of every port's real backlog right after
+        it (the closer together, the less the queue moves between them)."""
+        s = self.series
+        try:
+            model = self.queues.models()
+            real = self.queues.backlogs()
+        except Exception as exc:  # a thread has no caller to raise to: record it
+            s.queue_error = f"{type(exc).__name__}: {exc}"
+            return
+        for series, reading in ((s.backlog_bytes, real), (s.model_bytes, model)):
+            for label, value in reading.items():
+                series.setdefault(label, [0] * len(s.queue_t_s)).append(value)
+            for label, values in series.items():
+                if label not in reading:
+                    values.append(0)
+        s.queue_t_s.append(now - self._t0)
 
 
 def counter_at(t_s: list[float], counts: list[int], at_s: float) -> float:

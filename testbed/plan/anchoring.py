@@ -96,7 +96,7 @@ def anchor_plan(ports: Sequence[Port], queue: QueueConfig,
     impairments = impairments or {}
     marked = []
     for port in ports:
-        if marker_config(port.rate_mbit, queue).mode == MODE_OFF:
+        if marker_config(port.rate_mbit, queue.for_rate(port.rate_mbit)).mode == MODE_OFF:
             continue
         impairment = impairments.get(port.intf)
         delay_ns = round(impairment.delay_ms * 1e6) if impairment is not None else 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from testbed.model.topology.base import Fabric, intf_name
 from testbed.plan.pfc_frames import pause_duration_s, refresh_interval_s
-from testbed.plan.profiles import PfcConfig, QueueConfig
+from testbed.plan.profiles import QueueConfig
 
 XOFF, XON = "xoff", "xon"
 PAUSE, RESUME = "pause", "resume"
@@ -157,17 +157,21 @@ class PauseTimer:
 
 @dataclass(frozen=True)
 class AgentPlan:
-    """Everything the pause agent needs, as JSON-able data: the thresholds, every switch's
-    ports, every interface that obeys pauses (switch ports and host NICs) with its link rate
-    and the interface at the other end."""
+    """Everything the pause agent needs, as JSON-able data: the pause frames' ``quanta`` and
+    the storm threshold, every switch's ports, and every interface that obeys pauses (switch
+    ports and host NICs) with its link rate, its lossless queue's byte limit
+    (``buffer_bytes``), the interface at the other end and, on a switch, the XOFF and XON its
+    queue is watched against: a port's own, sized for its link's rate
+    (``QueueConfig.for_rate``)."""
 
-    pfc: PfcConfig
+    quanta: int
+    storm_threshold_ms: float
     priorities: tuple[int, ...]
     mtu_bytes: int
-    buffer_bytes: int
     poll_s: float
     switch_ports: dict[str, list[str]]  # switch -> its interfaces
-    interfaces: dict[str, dict] = field(default_factory=dict)  # intf -> node, host?, rate, peer
+    # intf -> node, host?, rate_mbit, peer, buffer_bytes (+ xoff_bytes, xon_bytes on a switch)
+    interfaces: dict[str, dict] = field(default_factory=dict)
     feeders: dict[str, list[str]] | None = None  # egress intf -> ingress intfs (feeding_ports)
 
     def switch_feeders(self, switch: str) -> dict[str, list[str]] | None:
@@ -178,48 +182,53 @@ class AgentPlan:
 
     def to_json(self) -> dict:
         return {
-            "pfc": {"xoff_bytes": self.pfc.xoff_bytes, "xon_bytes": self.pfc.xon_bytes,
-                    "headroom_bytes": self.pfc.headroom_bytes, "quanta": self.pfc.quanta,
-                    "storm_threshold_ms": self.pfc.storm_threshold_ms},
+            "quanta": self.quanta, "storm_threshold_ms": self.storm_threshold_ms,
             "priorities": list(self.priorities), "mtu_bytes": self.mtu_bytes,
-            "buffer_bytes": self.buffer_bytes, "poll_s": self.poll_s,
-            "switch_ports": self.switch_ports, "interfaces": self.interfaces,
-            "feeders": self.feeders,
+            "poll_s": self.poll_s, "switch_ports": self.switch_ports,
+            "interfaces": self.interfaces, "feeders": self.feeders,
         }
 
     @classmethod
     def from_json(cls, data: dict) -> AgentPlan:
-        return cls(pfc=PfcConfig(**data["pfc"]), priorities=tuple(data["priorities"]),
-                   mtu_bytes=data["mtu_bytes"], buffer_bytes=data["buffer_bytes"],
+        return cls(quanta=data["quanta"], storm_threshold_ms=data["storm_threshold_ms"],
+                   priorities=tuple(data["priorities"]), mtu_bytes=data["mtu_bytes"],
                    poll_s=data["poll_s"], switch_ports=data["switch_ports"],
                    interfaces=data["interfaces"], feeders=data.get("feeders"))
 
     def refresh_s(self, intf: str) -> float:
-        return refresh_interval_s(self.pfc.quanta, self.interfaces[intf]["rate_mbit"])
+        return refresh_interval_s(self.quanta, self.interfaces[intf]["rate_mbit"])
 
 
 def agent_plan(fabric: Fabric, queue: QueueConfig, poll_s: float,
                routing: str = "ecmp") -> AgentPlan:
     """The pause agent's plan for ``fabric`` with ``queue`` (which must have PFC) on every
-    shaped link; unshaped links have no queue to pause and are left out. ``routing`` is the
-    controller's mode: shortest-path modes get per-queue feeders (``feeding_ports``)."""
+    shaped link, each port with the queue of its link's rate; unshaped links have no queue to
+    pause and are left out. ``routing`` is the controller's mode: shortest-path modes get
+    per-queue feeders (``feeding_ports``)."""
     if queue.pfc is None:
         raise ValueError("the queue has no PFC thresholds")
+    pauses = {(q.pfc.quanta, q.pfc.storm_threshold_ms) for q in queue.by_rate}
+    if len(pauses) != 1:
+        raise ValueError("every rate's PFC must pause for the same quanta and storm threshold")
     switch_ports: dict[str, list[str]] = {s.name: [] for s in fabric.switches}
     interfaces: dict[str, dict] = {}
     for link in fabric.links:
         if link.rate_mbit is None:
             continue
+        own = queue.for_rate(link.rate_mbit)
         for end in (0, 1):
             node = link.a if end == 0 else link.b
             is_host = fabric.nodes[node].is_host
             intf = link.intf(end)
             interfaces[intf] = {"node": node, "host": is_host, "rate_mbit": link.rate_mbit,
-                                "peer": link.intf(1 - end)}
+                                "peer": link.intf(1 - end), "buffer_bytes": own.buffer_bytes}
             if not is_host:
+                interfaces[intf].update(xoff_bytes=own.pfc.xoff_bytes,
+                                        xon_bytes=own.pfc.xon_bytes)
                 switch_ports[node].append(intf)
-    return AgentPlan(pfc=queue.pfc, priorities=queue.lossless_priorities,
-                     mtu_bytes=fabric.mtu_bytes, buffer_bytes=queue.buffer_bytes, poll_s=poll_s,
+    return AgentPlan(quanta=queue.pfc.quanta, storm_threshold_ms=queue.pfc.storm_threshold_ms,
+                     priorities=queue.lossless_priorities, mtu_bytes=fabric.mtu_bytes,
+                     poll_s=poll_s,
                      switch_ports={s: sorted(p) for s, p in switch_ports.items() if p},
                      interfaces=interfaces,
                      feeders=feeding_ports(fabric) if routing in SHORTEST_PATH_MODES else None)

@@ -194,7 +194,9 @@ class Handles:
     @classmethod
     def buffers(cls, queue: QueueConfig | None) -> frozenset[str]:
         """The qdiscs that make up a port's buffer with ``queue`` (their packets, drops and
-        backlog add up): the one buffer, or every traffic class's queue."""
+        backlog add up): the one buffer, or every traffic class's queue. The same at every
+        link rate of ``queue`` (its rates share their classes, ``QueueConfig``), so the
+        counters read every port by them."""
         if queue is None or not queue.uses_classes:
             return frozenset({cls.BUFFER})
         return frozenset(cls.leaf(tc.priority) for tc in queue.classes)
@@ -401,9 +403,9 @@ def port_plan(intf: str, rate_mbit: float | None, mtu_bytes: int,
               impairment: Impairment | None = None, ifindex: int | None = None,
               obj: Path = BPF_OBJECT) -> PortPlan:
     """The whole queue of port ``intf``: netem for ``impairment``; with a rate, the HTB, and
-    ``queue``'s buffer or class queues (None: one bfifo of ``default_buffer_bytes``), marked
-    on ``ecn_path`` (None: no marking, as on a host's NIC; ``ebpf`` needs ``ifindex`` for
-    the marker's map entries)."""
+    the buffer or class queues of ``queue`` at that rate (``QueueConfig.for_rate``; None: one
+    bfifo of ``default_buffer_bytes``), marked on ``ecn_path`` (None: no marking, as on a
+    host's NIC; ``ebpf`` needs ``ifindex`` for the marker's map entries)."""
     check_ecn_path(ecn_path)
     if ecn_path is not None and queue is None:
         raise ValueError("a marking path needs a queue to mark")
@@ -411,6 +413,8 @@ def port_plan(intf: str, rate_mbit: float | None, mtu_bytes: int,
     if rate_mbit is None:
         return PortPlan(lines)  # an unshaped link has no queue of its own to plan
     check_rate("rate_mbit", rate_mbit)
+    if queue is not None:
+        queue = queue.for_rate(rate_mbit)
     classes = queue is not None and queue.uses_classes
     default_minor = Handles.class_minor(DEFAULT_PRIORITY) if classes else Handles.LINK_MINOR
     where = f"parent {Handles.IMPAIRMENT_CLASS}" if impairment is not None else "root"
@@ -470,10 +474,11 @@ def switch_queue_plan(fabric: Fabric, queue: QueueConfig | None = None,
                       impairments: Mapping[str, Impairment] | None = None,
                       ifindex: Callable[[str], int] | None = None,
                       obj: Path = BPF_OBJECT) -> QueuePlan:
-    """Every switch end's whole queue, in fabric order: ``queue`` marked on ``ecn_path`` on
-    every shaped port (``queue`` None: each shaped port a default buffer), ``impairments``
-    (interface -> Impairment, ``link_impairments``) where a port has one. ``ifindex`` names
-    each port's interface index (needed for ``ports`` and the marker's entries)."""
+    """Every switch end's whole queue, in fabric order: ``queue`` (at each port's own link
+    rate) marked on ``ecn_path`` on every shaped port (``queue`` None: each shaped port a
+    default buffer), ``impairments`` (interface -> Impairment, ``link_impairments``) where a
+    port has one. ``ifindex`` names each port's interface index (needed for ``ports`` and
+    the marker's entries)."""
     check_ecn_path(ecn_path)
     if queue is not None and not any(link.rate_mbit is not None
                                      for _, _, _, link in fabric.switch_ends()):
@@ -495,6 +500,7 @@ def switch_queue_plan(fabric: Fabric, queue: QueueConfig | None = None,
 
 
 def host_queue(queue: QueueConfig | None) -> QueueConfig | None:
-    """What a host's NIC queues with: the class queues of ``queue`` when it has traffic
-    classes (so PFC can pause its lossless class), else a default buffer."""
+    """What a host's NIC queues with: the class queues of ``queue`` (at the NIC's link rate,
+    ``port_plan``) when it has traffic classes (so PFC can pause its lossless class), else a
+    default buffer."""
     return queue if queue is not None and queue.uses_classes else None

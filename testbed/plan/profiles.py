@@ -209,19 +209,29 @@ class PfcConfig:
 @dataclass(frozen=True)
 class QueueConfig:
     """One switch egress port's queue: a drop-tail buffer of ``buffer_bytes`` served at the
-    link rate, an optional ECN profile, traffic classes, and PFC for the lossless ones."""
+    link rate, an optional ECN profile, traffic classes, and PFC for the lossless ones.
+
+    A fabric whose links run at several rates has one queue per rate, from the same section
+    (testbed.harness.plans.queue_plan): this one, sized for ``rate_mbit``, carries the others
+    in ``other_rates``, and ``for_rate`` picks a port's. They share their classes and which
+    of ECN and PFC they have, so a port's qdisc handles (testbed.plan.port_queue.Handles) do
+    not depend on its rate. ``rate_mbit`` None: sized for no rate in particular, the queue of
+    every port."""
 
     buffer_bytes: int
     ecn: EcnProfile | None = None
     classes: tuple[TrafficClass, ...] = DEFAULT_CLASSES
     pfc: PfcConfig | None = None
     class_queues: bool = False  # one queue per class (testbed.plan.port_queue); PFC implies it
+    rate_mbit: float | None = None
+    other_rates: tuple[QueueConfig, ...] = ()
 
     def __post_init__(self):
         check_bytes("buffer_bytes", self.buffer_bytes)
         self._check_ecn()
         self._check_classes()
         self._check_pfc()
+        self._check_rates()
 
     def _check_ecn(self):
         ecn = self.ecn
@@ -270,6 +280,47 @@ class QueueConfig:
             # DCQCN relies on marks reaching senders before the queue pauses its upstream
             raise ConfigError("ecn", f"marking must start below pfc.xoff_bytes "
                                      f"({pfc.xoff_bytes}), starts at {self.ecn.start_bytes}")
+
+    def _check_rates(self):
+        if self.rate_mbit is not None:
+            check_rate("rate_mbit", self.rate_mbit)
+        if not self.other_rates:
+            return
+        if self.rate_mbit is None:
+            raise ConfigError("rate_mbit", "a queue with other rates' queues must have a rate")
+        rates = [self.rate_mbit]
+        for other in self.other_rates:
+            if not isinstance(other, QueueConfig) or other.other_rates:
+                raise ConfigError("other_rates", f"must hold plain QueueConfig entries, got "
+                                                 f"{other!r}")
+            if other.rate_mbit is None or other.rate_mbit in rates:
+                raise ConfigError("other_rates", f"rate {other.rate_mbit!r} is missing or "
+                                                 "appears twice")
+            rates.append(other.rate_mbit)
+            if (other.classes, other.uses_classes, type(other.ecn), other.pfc is None) != \
+                    (self.classes, self.uses_classes, type(self.ecn), self.pfc is None):
+                raise ConfigError("other_rates", f"the queue at {other.rate_mbit:g} Mbit/s "
+                                                 "must have the same classes, ECN profile "
+                                                 "and PFC as the others")
+
+    def for_rate(self, rate_mbit: float | None) -> QueueConfig:
+        """The queue of a port whose link runs at ``rate_mbit`` (None: unshaped, no queue of
+        its own to size): this one at its own rate, or when it was sized for no rate."""
+        if rate_mbit is None or self.rate_mbit is None or rate_mbit == self.rate_mbit:
+            return self
+        for other in self.other_rates:
+            if other.rate_mbit == rate_mbit:
+                return other
+        planned = ", ".join(f"{q.rate_mbit:g}" for q in self.by_rate)
+        raise ValueError(f"no queue planned for links at {rate_mbit:g} Mbit/s "
+                         f"(planned: {planned})")
+
+    @property
+    def by_rate(self) -> tuple[QueueConfig, ...]:
+        """Every rate's queue, in rate order (just this one when it has no others)."""
+        if not self.other_rates:
+            return (self,)
+        return tuple(sorted((self, *self.other_rates), key=lambda q: q.rate_mbit))
 
     def priority_for_dscp(self, dscp: int) -> int:
         """The priority a packet with ``dscp`` is queued in; unmapped values are best effort."""

@@ -150,12 +150,22 @@ def ecn_settings(section, rate_mbit: float, mtu_bytes: int,
 
 
 def queue_record(queue: QueueConfig) -> dict:
-    """A queue as plain data for the run's results."""
-    ecn = None
-    if queue.ecn is not None:
-        profile = "step" if isinstance(queue.ecn, StepEcn) else "red"
-        ecn = {"profile": profile, **asdict(queue.ecn)}
-    return {"buffer_bytes": queue.buffer_bytes, "ecn": ecn}
+    """A queue as plain data for the run's results; a queue with other rates' queues
+    (``QueueConfig.for_rate``) lists every rate's, with its PFC thresholds, under ``rates``."""
+    record = {"buffer_bytes": queue.buffer_bytes, "ecn": _ecn_record(queue)}
+    if queue.other_rates:
+        record["rates"] = [{"rate_mbit": q.rate_mbit, "buffer_bytes": q.buffer_bytes,
+                            "ecn": _ecn_record(q),
+                            "pfc": None if q.pfc is None else asdict(q.pfc)}
+                           for q in queue.by_rate]
+    return record
+
+
+def _ecn_record(queue: QueueConfig) -> dict | None:
+    if queue.ecn is None:
+        return None
+    profile = "step" if isinstance(queue.ecn, StepEcn) else "red"
+    return {"profile": profile, **asdict(queue.ecn)}
 
 
 # --- host TCP ---------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ own checks hold both moves and the outage to the controller's 1 s goal, and the 
 been trustworthy."""
 from __future__ import annotations
 
-from testbed.experiments.anycast.failover import FAT_TREE_K4
+from testbed.experiments.anycast_failover.failover import FAT_TREE_K4
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
 

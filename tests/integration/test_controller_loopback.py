@@ -8,7 +8,7 @@ import socket
 import time
 
 import pytest
-from openflow_switch import ScriptedSwitch, wait_for
+from tests.integration.openflow_switch import ScriptedSwitch, wait_for
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
 from testbed.apply.controller import ControllerProcess

@@ -10,7 +10,7 @@ import time
 
 from testbed.apply.controller import ControllerProcess
 from testbed.apply.network import FabricNetwork
-from testbed.harness.flows import wait_servers
+from testbed.drive.flows import wait_servers
 from testbed.measure.failover import ping_received
 from testbed.model.topology import build
 

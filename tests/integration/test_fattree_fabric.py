@@ -11,7 +11,7 @@ import pytest
 from testbed.apply.network import FabricNetwork
 from testbed.controllers.routing.ecmp import compute_rules
 from testbed.harness.experiment import SetupRun
-from testbed.harness.flows import start_iperf_server
+from testbed.drive.flows import start_iperf_server
 from testbed.harness.progress import QuietProgress
 from testbed.harness.scenario import validate
 from testbed.model.topology import build

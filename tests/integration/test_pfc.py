@@ -17,7 +17,7 @@ from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.utils import rdpcap
 
 from testbed.apply.network import FabricNetwork
-from testbed.harness.flows import wait_servers
+from testbed.drive.flows import wait_servers
 from testbed.measure.counters import read_host_qdiscs, read_qdiscs
 from testbed.model.topology import build
 from testbed.plan.pfc import switch_fan_in

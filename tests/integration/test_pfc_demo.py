@@ -12,7 +12,7 @@ its rate, the pause agent alive). Measured with 15 s: the victim under PFC at 0.
 of its lossy rate in two runs. Needs root; runs alone."""
 from __future__ import annotations
 
-from testbed.experiments.pfc.checks import CONDITIONS, LOSSY, PFC, PFC_ECN
+from testbed.experiments.pfc_demo.checks import CONDITIONS, LOSSY, PFC, PFC_ECN
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
 

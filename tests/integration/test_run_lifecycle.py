@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import REPO, assert_clean, leftovers
+from tests.integration.conftest import REPO, assert_clean, leftovers
 
 from testbed.apply.state import RunLock
 

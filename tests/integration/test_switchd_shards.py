@@ -9,7 +9,7 @@ import os
 import subprocess
 
 from testbed.apply.network import FabricNetwork
-from testbed.harness.flows import wait_servers
+from testbed.drive.flows import wait_servers
 from testbed.model.topology import build
 
 RATE_MBIT = 20.0

@@ -8,7 +8,7 @@ import pytest
 
 from testbed.apply.network import FabricNetwork
 from testbed.controllers.routing.ecmp import compute_rules
-from testbed.harness.flows import start_iperf_server
+from testbed.drive.flows import start_iperf_server
 from testbed.model.topology import build
 
 RATE_MBIT = 6.0

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 from testbed.harness.experiment import Setup
-from ranks import REPO, free_ports
-from stand_ins import StandInRun, StandInWatch
+from tests.unit.ranks import REPO, free_ports
+from tests.unit.stand_ins import StandInRun, StandInWatch
 
 
 class LoopbackWatch(StandInWatch):

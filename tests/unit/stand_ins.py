@@ -1,16 +1,28 @@
-"""Stand-ins for what an experiment's ``measure`` and the ``testbed`` command touch on a
-running fabric, so unit tests can drive them without root: a Watch whose fidelity verdict is
-given, a SetupRun around a stand-in network, and ``run_scenario`` replaced by a recorder."""
+"""Stand-ins for what tests touch on a running fabric and on the machine, so unit tests can
+drive experiments, the ``testbed`` command, the run lifecycle, the Python API and ``testbed up``
+without root: a Watch whose fidelity verdict is given, a SetupRun around a stand-in network,
+``run_scenario`` replaced by a recorder; the machine's lock and ledger, FabricNetwork, Mininet
+hosts without a shell, and a small experiment measuring on them. Nothing here starts a
+process, a namespace or a switch."""
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+import testbed.apply.network
+import testbed.harness.registry
 import testbed.harness.run
+from testbed.apply.network import Timings
+from testbed.controllers.routing.fabric_state import FabricState
+from testbed.errors import TestbedError
+from testbed.harness.experiment import Experiment, Setup, SetupRun
 from testbed.harness.progress import QuietProgress
 from testbed.harness.run import Outcome
 from testbed.measure.fidelity import judge
-from testbed.model.verdict import Verdict
+from testbed.model.verdict import Verdict, holds
 
 WINDOW_OFFSET_S = 100.0  # the stand-in sampler started this long before CLOCK_MONOTONIC's 0
 
@@ -73,3 +85,166 @@ def record_runs(monkeypatch) -> list:
 
     monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
     return runs
+
+
+def shell_less_host(name: str, answers: dict[str, str] | None = None):
+    """A mininet.node.Host with Mininet's own bookkeeping but no shell: ``cmd`` records the
+    command line it would send and answers from ``answers`` (first key found in it)."""
+    from mininet.node import Host
+
+    host = Host.__new__(Host)
+    host.name, host.inNamespace, host.params = name, True, {}
+    host.intfs, host.ports, host.nameToIntf = {}, {}, {}
+    host.pid, host.shell, host.waiting = 1000 + len(name), None, False
+    host.commands = []
+
+    def cmd(*args, **kwargs):
+        line = " ".join(str(a) for a in args)
+        host.commands.append(line)
+        return next((text for key, text in (answers or {}).items() if key in line), "")
+
+    host.cmd = cmd
+    return host
+
+
+class StandInSwitchd:
+    """Answers dump-groups with as many select groups as the controller computed."""
+
+    pids: list[int] = []
+    rundir = Path("/run/testbed/ovs")
+
+    def __init__(self, fabric, routing):
+        self.tables = FabricState(fabric, routing).tables
+
+    def dump_groups(self, bridge: str) -> str:
+        return "\n".join(f" group_id={i},type=select,bucket=actions=output:1"
+                         for i in range(len(self.tables[bridge].groups)))
+
+    def describe(self) -> dict:
+        return {"processes": 1, "datapath_type": "netdev", "bridges_per_process": [20],
+                "pinned_cpus": [0], "allocator": "tcmalloc"}
+
+
+class StandInNetwork:
+    """What the harness and the API use of testbed.apply.network.FabricNetwork; its hosts
+    are shell-less Mininet hosts, ``popen`` starts nothing: it records the argv and answers
+    with a process that has finished (``FinishedProcess``)."""
+
+    made: list[StandInNetwork] = []
+
+    def __init__(self, fabric, workdir, ledger, datapath="user", routing="ecmp", log=print,
+                 queue=None, ecn_path=None, host_sysctls=None, impairments=None, losses=(),
+                 userspace_tso=False, switchd_shards=None, pin_cpus=True, min_host_cpus=1):
+        from testbed.plan.shards import CpuLayout
+
+        self.fabric, self.workdir, self.ledger = fabric, workdir, ledger
+        self.cpu_layout = (CpuLayout((0,), (1,)) if pin_cpus and min_host_cpus <= 1
+                           else CpuLayout())
+        self.pin_cpus, self.min_host_cpus = pin_cpus, min_host_cpus
+        self.datapath, self.routing = datapath, routing
+        self.switchd = StandInSwitchd(fabric, routing)
+        self.timings = Timings(build_s=1.0, programmed_s=0.5)
+        self.hosts = {h.name: shell_less_host(h.name) for h in fabric.hosts}
+        self.links_set: list[tuple[str, str, bool]] = []
+        self.started: list[tuple[str, list[str]]] = []
+        self.stopped = False
+        self.marking = self.pfc = None
+        self.controller = SimpleNamespace(port=6653)
+        StandInNetwork.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped = True
+        self.timings.stop_s = 0.25
+
+    def host(self, name):
+        return self.hosts[name]
+
+    def ping_all(self):
+        n = len(self.fabric.hosts)
+        return n * (n // 2), n * (n // 2)
+
+    def set_link(self, a, b, up):
+        self.links_set.append((a, b, up))
+        return 1.5
+
+    def popen(self, host, argv, **kwargs):
+        self.started.append((host, argv))
+        return FinishedProcess(f"{host} ran {' '.join(argv)}\n")
+
+
+class FinishedProcess:
+    """A subprocess.Popen whose command has already exited with ``returncode``."""
+
+    def __init__(self, out: str, returncode: int = 0):
+        self.out, self.returncode = out, returncode
+
+    def communicate(self, timeout=None):
+        return self.out, ""
+
+    def poll(self):
+        return self.returncode
+
+    def kill(self):
+        pass
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+
+class StandInExperiment(Experiment):
+    """Measures nothing on the scenario's one fabric: ``value`` 7, or an error when
+    ``fail_with`` is set on the class."""
+
+    name = "standin"
+    title = "stand-in"
+    fail_with: str | None = None
+    runs: list[SetupRun] = []
+
+    def setups(self):
+        return [self.scenario_setup()]
+
+    def measure(self, run: SetupRun) -> dict:
+        StandInExperiment.runs.append(run)
+        if self.fail_with:
+            raise TestbedError(self.fail_with)
+        return {"value": 7}
+
+    def checks(self, results):
+        return [holds("value measured", results["fabric"]["value"] == 7)]
+
+    def rows(self, results):
+        return [("value", str(results["fabric"]["value"]))]
+
+
+class TwoFabrics(StandInExperiment):
+    """Measures on two fabrics of its own, as the comparison experiments do."""
+
+    name = "standin-two"
+
+    def setups(self):
+        return [Setup("narrow", self.fabric(rate_mbit=1.0)), Setup("wide", self.fabric())]
+
+
+@pytest.fixture
+def standins(monkeypatch):
+    """The machine's lock and ledger, FabricNetwork, and two stand-in experiments in the
+    registry; returns the run ids the lock was taken for."""
+    held = []
+
+    @contextmanager
+    def machine(run_id, log=print):
+        held.append(run_id)
+        yield "ledger"
+
+    StandInNetwork.made = []
+    StandInExperiment.runs = []
+    monkeypatch.setattr(StandInExperiment, "fail_with", None)
+    monkeypatch.setattr(testbed.harness.run, "machine", machine)
+    monkeypatch.setattr(testbed.apply.network, "FabricNetwork", StandInNetwork)
+    monkeypatch.setitem(testbed.harness.registry.EXPERIMENTS, "standin",
+                        "tests.unit.stand_ins:StandInExperiment")
+    monkeypatch.setitem(testbed.harness.registry.EXPERIMENTS, "standin-two", "tests.unit.stand_ins:TwoFabrics")
+    return held

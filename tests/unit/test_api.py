@@ -1,4 +1,4 @@
-"""The Python API (testbed.api) around a stand-in network (tests/unit/standins.py): what
+"""The Python API (testbed.api) around a stand-in network (tests/unit/stand_ins.py): what
 ``up`` makes of a scenario or a topology, which setup comes up, the hosts as Mininet hosts,
 commands, failures, an experiment measured on the fabric kept up (and refused when it needs
 fabrics of its own), link rates from counters, and everything down at the end."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from standins import StandInExperiment, StandInNetwork, standins  # noqa: F401 (a fixture)
+from tests.unit.stand_ins import StandInExperiment, StandInNetwork, standins  # noqa: F401 (a fixture)
 
 from testbed import errors
 from testbed.api import (

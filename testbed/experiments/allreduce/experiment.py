@@ -12,6 +12,7 @@ uplinks, TCP retransmissions, queue drops, and whether the emulator kept up.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,8 @@ from pydantic import Field, field_validator
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
 from testbed.harness.experiment import Experiment, Params, SetupRun
-from testbed.harness.ranks import all_ranks_window, collect_ranks, window_of
-from testbed.harness.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
+from testbed.drive.ranks import all_ranks_window, collect_ranks, window_of
+from testbed.experiments.roce_common.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
 from testbed.measure.stats import jain_index
 from testbed.model.verdict import at_least, holds
 from testbed.plan.port_queue import default_buffer_bytes
@@ -211,9 +212,13 @@ ROCE_PATH_MTUS = (4096, 2048, 1024, 512, 256)
 
 
 def port_buffer_bytes(queue, rate_mbit: float, mtu_bytes: int) -> int:
-    """A switch port's buffer: the setup's queue's, else the default one."""
-    return queue.buffer_bytes if queue is not None else default_buffer_bytes(rate_mbit,
-                                                                             mtu_bytes)
+    """A switch port's buffer: the setup's queue's, else the default one. Where its links run
+    at several rates (``QueueConfig.for_rate``), the buffer that takes longest to drain, as
+    the bytes that take as long at ``rate_mbit``."""
+    if queue is None:
+        return default_buffer_bytes(rate_mbit, mtu_bytes)
+    return max(q.buffer_bytes if q.rate_mbit in (None, rate_mbit)
+               else math.ceil(q.buffer_bytes * rate_mbit / q.rate_mbit) for q in queue.by_rate)
 
 
 def transport_argv(transport: str, rate_mbit: float, channels: int, mtu_bytes: int,

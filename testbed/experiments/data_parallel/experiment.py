@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
-from testbed.harness.ranks import RANK_PORT, RankWatch, host_problems, launches
+from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_most, holds
 from testbed.plan.training import cost_links, place_hosts

@@ -209,7 +209,7 @@ class Dctcp(Experiment):
         """Every sender's long flow into the receiver at once, with the bottleneck queue (the
         qdisc's backlog and the marker's model) sampled every 10 ms, link counters and CPU
         every 0.25 s, and the port's counters around it."""
-        from testbed.harness.flows import SERVER_START_S, run_flows
+        from testbed.drive.flows import SERVER_START_S, run_flows
         from testbed.measure.backlog import PortBacklog, backlog_divergence
         from testbed.measure.queues import counter_delta, queue_sampling
         from testbed.measure.stats import jain_index

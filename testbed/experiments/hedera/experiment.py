@@ -13,7 +13,7 @@ al., NSDI 2010).
 
 The non-blocking reference is also a trust check: when it does not deliver nearly all of its
 host links, the emulator, not the routing, limited the flows. Flows are iperf3 clients and
-servers in the emulated hosts (testbed.harness.flows.run_pattern); rates are the servers'
+servers in the emulated hosts (testbed.drive.flows.run_pattern); rates are the servers'
 (``sum_received``), after ``omit_s`` seconds of TCP start-up.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from testbed.harness.experiment import HOSTS, Experiment, Setup, SetupRun
-from testbed.harness.flows import LongFlowParams, run_pattern, run_patterns
+from testbed.drive.flows import LongFlowParams, run_pattern, run_patterns
 from testbed.harness.plans import tcp_plan
 from testbed.measure.patterns import (
     PatternResult,

@@ -58,7 +58,7 @@ from testbed.experiments.incast.workload import (
     sender_hosts,
 )
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
-from testbed.harness.flows import counter_deltas, read_tcp_counters
+from testbed.drive.flows import counter_deltas, read_tcp_counters
 from testbed.harness.scenario import Problem
 from testbed.measure.pauses import (
     PauseCapture,

@@ -32,7 +32,7 @@ from testbed.harness.experiment import (
     SetupRun,
     distinct,
 )
-from testbed.harness.ranks import RANK_PORT, RankWatch, host_problems, launches
+from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
 from testbed.measure.counters import port_queue_drops, read_qdiscs
 from testbed.model.verdict import at_least, holds, near

@@ -26,7 +26,7 @@ from pydantic import Field
 from testbed.capabilities import missing_capabilities
 from testbed.errors import TestbedError
 from testbed.harness.experiment import HOSTS, TOPOLOGY, Experiment, Params, Setup, SetupRun
-from testbed.harness.ranks import RANK_PORT, RankWatch, host_problems, launches
+from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
 from testbed.measure.capture import HostCapture, capture_argv
 from testbed.model.topology.spineleaf import spine_leaf

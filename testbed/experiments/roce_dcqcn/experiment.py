@@ -3,7 +3,7 @@ held between the marking thresholds; without congestion control the queue fills 
 "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015).
 
 For every N in ``senders`` (2 to 4), N RoCE QPs (RDMA WRITE, testbed.traffic.roce) send into
-one receiver through one switch port (testbed.harness.roce_setups draws the bench), each
+one receiver through one switch port (testbed.experiments.roce_common.roce_setups draws the bench), each
 under DCQCN: the receiver's notification point answers CE-marked packets with CNPs (at most
 one per CNP interval per QP), the sender's reaction point cuts and recovers its rate. The
 paper's parameters are scaled to the emulated link by the transport
@@ -28,8 +28,8 @@ from pydantic import Field
 
 from testbed.experiments.roce_dcqcn.checks import dcqcn_checks, dcqcn_rows
 from testbed.harness.experiment import Setup
-from testbed.harness.roce_experiment import BottleneckExperiment, BottleneckParams, Distinct
-from testbed.harness.roce_setups import bench_fabric, dcqcn_red_bytes, lossless_queue
+from testbed.experiments.roce_common.roce_experiment import BottleneckExperiment, BottleneckParams, Distinct
+from testbed.experiments.roce_common.roce_setups import bench_fabric, dcqcn_red_bytes, lossless_queue
 from testbed.plan.profiles import U32_MAX
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S
 

@@ -2,7 +2,7 @@
 utilisation (Alizadeh et al., SIGCOMM 2010; RFC 8257), on kernels that have no tcp_dctcp.
 
 For every N in ``senders``, N RoCE QPs (RDMA WRITE, testbed.traffic.roce) send into one
-receiver through one switch port (testbed.harness.roce_setups draws the bench) whose byte
+receiver through one switch port (testbed.experiments.roce_common.roce_setups draws the bench) whose byte
 buffer marks CE above K (DCTCP's anchors scaled to the link rate, testbed.plan.scaling). The
 receiver echoes the CE-marked bytes in its ACKs; each sender keeps RFC 8257's alpha
 (g = 1/16) per window of data and cuts its window by alpha/2 once per window with marks
@@ -21,8 +21,8 @@ from pydantic import Field
 
 from testbed.experiments.roce_dctcp.checks import dctcp_checks, dctcp_rows
 from testbed.harness.experiment import Setup
-from testbed.harness.roce_experiment import BottleneckExperiment, BottleneckParams, SenderCounts
-from testbed.harness.roce_setups import bench_fabric
+from testbed.experiments.roce_common.roce_experiment import BottleneckExperiment, BottleneckParams, SenderCounts
+from testbed.experiments.roce_common.roce_setups import bench_fabric
 from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.scaling import dctcp_step

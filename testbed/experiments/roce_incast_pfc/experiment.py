@@ -3,7 +3,7 @@ cuts the pauses PFC alone needs (Zhu et al., SIGCOMM 2015; Guo et al., "RDMA ove
 Ethernet at Scale", SIGCOMM 2016).
 
 ``senders`` RoCE QPs (RDMA WRITE, testbed.traffic.roce) send at once into one receiver
-through one switch port (testbed.harness.roce_setups draws the bench). Every port has
+through one switch port (testbed.experiments.roce_common.roce_setups draws the bench). Every port has
 traffic classes by DSCP with PFC on the lossless class (RoCE's DSCP 26; the pause agent,
 testbed.apply.pfc_agent, sends real 802.1Qbb frames). Two setups, each on a fabric of its
 own:
@@ -30,14 +30,14 @@ from pydantic import Field
 
 from testbed.experiments.roce_incast_pfc.checks import PFC, PFC_DCQCN, incast_checks, incast_rows
 from testbed.harness.experiment import Setup
-from testbed.harness.roce_experiment import (
+from testbed.experiments.roce_common.roce_experiment import (
     BottleneckExperiment,
     BottleneckParams,
     Distinct,
     TransportParams,
 )
-from testbed.harness.roce_flows import RoceSettings
-from testbed.harness.roce_setups import (
+from testbed.drive.roce_flows import RoceSettings
+from testbed.experiments.roce_common.roce_setups import (
     bench_fabric,
     dcqcn_red_bytes,
     incast_outstanding,

@@ -41,9 +41,9 @@ from pydantic import Field, field_validator
 
 from testbed.experiments.roce_loss.checks import loss_checks, loss_rows
 from testbed.harness.experiment import Experiment, Setup, SetupRun
-from testbed.harness.roce_experiment import RoceParams, TransportParams, roce_problems
-from testbed.harness.roce_flows import RoceCapture, RoceSettings, run_roce_flows, settings_record
-from testbed.harness.roce_setups import (
+from testbed.experiments.roce_common.roce_experiment import RoceParams, TransportParams, roce_problems
+from testbed.drive.roce_flows import RoceCapture, RoceSettings, run_roce_flows, settings_record
+from testbed.experiments.roce_common.roce_setups import (
     ack_timeout_s,
     bench_fabric,
     roce_bench,
@@ -134,7 +134,7 @@ class RoceLoss(Experiment):
 
     # -- on a running fabric ----------------------------------------------------------------
     def measure(self, run: SetupRun) -> dict:
-        from testbed.harness.flows import flow_window, read_tcp_counters, run_flows
+        from testbed.drive.flows import flow_window, read_tcp_counters, run_flows
         from testbed.plan.loss_plan import Loss, link_cuts
 
         p, net = self.params, run.net

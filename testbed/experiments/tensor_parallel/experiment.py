@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import Field
 
 from testbed.harness.experiment import HOSTS, ROUTING, TOPOLOGY, Experiment, Params, SetupRun
-from testbed.harness.ranks import RANK_PORT, RankWatch, launches
+from testbed.drive.ranks import RANK_PORT, RankWatch, launches
 from testbed.harness.scenario import FamilyTopology, Problem
 from testbed.model.topology.base import NVSWITCH
 from testbed.model.verdict import at_least, holds, near

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import Field
 
 from testbed.harness.experiment import Experiment, Params, SetupRun
-from testbed.harness.ranks import RANK_PORT, Launch, RankWatch, host_problems, rank_argv
+from testbed.drive.ranks import RANK_PORT, Launch, RankWatch, host_problems, rank_argv
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_most, holds
 from testbed.plan.training import cost_links, place_hosts

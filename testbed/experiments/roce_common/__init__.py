@@ -1,0 +1,1 @@
+"""What the RoCE experiments share (roce-loss, roce-dcqcn, roce-incast-pfc, roce-dctcp, and allreduce's RoCE transport): their benches and queues as plain data (roce_setups), their common parameters and bottleneck Experiment base (roce_experiment), and their figures (roce_plots). Not an experiment itself: no experiment.py, not in the registry; only experiments import it."""

@@ -1,0 +1,1 @@
+"""Interactive use of a fabric: ``testbed up``/``down`` (session: a holder process keeps a scenario's fabric up between commands), ``testbed exec`` and ``testbed cli`` on it (attach: the running fabric reached from another process; shell: the Mininet-style prompt). The Python API (testbed.api) keeps its public name at the package's top and uses these for its live fabric."""

@@ -1,0 +1,205 @@
+"""A running fabric reached from any process on the machine: by the PIDs of its hosts' shells
+(whose network and mount namespaces a command joins with ``mnexec -a PID``), its description
+(the fabric.json it was built from) and its OVS. ``testbed exec`` and ``testbed cli`` use it on
+the fabric ``testbed up`` keeps; the Python API (testbed.api) on the fabric it brought up.
+
+The pure parts (argv building, the answers of pingall, the ``links`` and ``net`` listings, the
+tables) are functions of plain data; ``Attached`` applies them, and needs root as the fabric
+does. Processes it starts in a host live in that host's namespace, which the run's ledger
+records, so they go with the fabric whatever becomes of this process.
+"""
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.errors import TestbedError
+from testbed.model.topology.base import Fabric, Link
+
+MNEXEC = "mnexec"
+PING_TIMEOUT_MS = 1000
+PING_RETRIES = 2  # a probe lost on a busy machine is not a host out of reach
+PING_WAIT_S = 60.0  # a whole pingall, before it counts as hung
+DEFAULT_IPERF_S = 5  # as Mininet's iperf
+
+
+def exec_argv(pid: int, argv: list[str]) -> list[str]:
+    """``argv`` run in the network and mount namespaces of process ``pid`` (a host's shell),
+    as Mininet's own ``popen`` does, without detaching it from the terminal."""
+    if not argv:
+        raise TestbedError("no command given")
+    return [MNEXEC, "-a", str(pid), *argv]
+
+
+def ping_report(hosts: list[str], ips: dict[str, str],
+                answered: dict[str, set[str]]) -> tuple[list[str], int, int]:
+    """Mininet's pingall answer from which addresses each host heard back from: one line per
+    host naming the hosts it reached (X for the rest), then the loss; returns the lines,
+    probes sent and probes answered."""
+    lines = ["*** Ping: testing ping reachability"]
+    sent = received = 0
+    for host in hosts:
+        reached = [other if ips[other] in answered.get(host, set()) else "X"
+                   for other in hosts if other != host]
+        sent += len(reached)
+        received += sum(r != "X" for r in reached)
+        lines.append(f"{host} -> {' '.join(reached)}")
+    dropped = 100 * (sent - received) / sent if sent else 0
+    lines.append(f"*** Results: {int(dropped)}% dropped ({received}/{sent} received)")
+    return lines, sent, received
+
+
+def links_not_up(fabric: Fabric,
+                 operstate: Callable[[str], str]) -> list[tuple[Link, list[str]]]:
+    """Every link with its root-namespace ends that are not up (``operstate`` reads one
+    interface's state): none for a link that is up."""
+    from testbed.apply.network import root_ends
+
+    return [(link, [intf for intf in root_ends(fabric, link) if operstate(intf) != "up"])
+            for link in fabric.links]
+
+
+def link_lines(fabric: Fabric, operstate: Callable[[str], str]) -> list[str]:
+    """Mininet's ``links`` listing: ``a-ethN<->b-ethM (up)``, or ``(DOWN: ...)`` naming the
+    root-namespace ends that are not up."""
+    lines = []
+    for link, down in links_not_up(fabric, operstate):
+        state = f"DOWN: {', '.join(down)}" if down else "up"
+        lines.append(f"{link.intf(0)}<->{link.intf(1)} ({state})")
+    return lines
+
+
+def net_lines(fabric: Fabric) -> list[str]:
+    """Mininet's ``net`` listing: every node, then each of its interfaces with the peer
+    interface it is cabled to, by port."""
+    ends: dict[str, list[tuple[int, str, str]]] = {name: [] for name in fabric.nodes}
+    for link in fabric.links:
+        ends[link.a].append((link.a_port, link.intf(0), link.intf(1)))
+        ends[link.b].append((link.b_port, link.intf(1), link.intf(0)))
+    return [" ".join([name, *(f"{mine}:{peer}" for _, mine, peer in sorted(ends[name]))])
+            for name in fabric.nodes]
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def group_lines(switch: str, text: str) -> list[str]:
+    """``ovs-ofctl dump-groups`` output, one line a group: id, type and buckets."""
+    from testbed.measure.ovs_tables import parse_groups
+
+    groups = parse_groups(text)
+    return [f"{switch}: {plural(len(groups), 'group')}",
+            *(f"  group {g.group_id} {g.type}: {' | '.join(g.buckets) or 'no buckets'}"
+              for g in groups)]
+
+
+def flow_lines(switch: str, text: str) -> list[str]:
+    """``ovs-ofctl dump-flows`` output, one line a flow: table, priority, counters, match
+    and actions."""
+    from testbed.measure.ovs_tables import parse_flows
+
+    flows = parse_flows(text)
+    return [f"{switch}: {plural(len(flows), 'flow')}",
+            *(f"  table {f.table} priority {f.priority} packets {f.packets} bytes {f.bytes}"
+              f"  {f.match or '*'}  actions={f.actions}" for f in flows)]
+
+
+def read_operstate(intf: str) -> str:
+    """An interface's operational state in this namespace (``up``, ``down``, ...), or
+    ``missing``."""
+    try:
+        return Path(f"/sys/class/net/{intf}/operstate").read_text().strip()
+    except OSError:
+        return "missing"
+
+
+@dataclass
+class Attached:
+    """A running fabric, reached by its description, its hosts' shell PIDs and its OVS
+    (testbed.apply.ovs.Switchd: private or the machine's, for ``ovs-ofctl``)."""
+
+    fabric: Fabric
+    host_pids: dict[str, int]
+    switchd: object
+
+    @property
+    def ips(self) -> dict[str, str]:
+        return {h.name: h.ip for h in self.fabric.hosts}
+
+    @property
+    def host_names(self) -> list[str]:
+        return [h.name for h in self.fabric.hosts]
+
+    @property
+    def switch_names(self) -> list[str]:
+        return [s.name for s in self.fabric.switches]
+
+    def pid(self, host: str) -> int:
+        if host not in self.host_pids:
+            raise TestbedError(f"no host {host}; hosts: {', '.join(self.host_names)}")
+        return self.host_pids[host]
+
+    def popen(self, host: str, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Start ``argv`` in ``host``'s namespaces (what testbed.drive.flows needs of a
+        network)."""
+        return subprocess.Popen(exec_argv(self.pid(host), argv), **kwargs)
+
+    def run(self, host: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        """Run ``argv`` in ``host``'s namespaces to its end."""
+        return subprocess.run(exec_argv(self.pid(host), argv), **kwargs)
+
+    def reachability(self) -> tuple[list[str], int, int]:
+        """Every host pings every other host (one fping per host, all at once, paced);
+        Mininet's pingall answer (``ping_report``)."""
+        from testbed.apply.network import fping_argv
+
+        hosts, ips = self.host_names, self.ips
+
+        def probe(host: str) -> set[str]:
+            targets = [ips[other] for other in hosts if other != host]
+            if not targets:
+                return set()
+            out = self.run(host, fping_argv(targets, len(hosts), PING_TIMEOUT_MS, PING_RETRIES),
+                           capture_output=True, text=True, timeout=PING_WAIT_S)
+            return set(out.stdout.split())
+
+        with ThreadPoolExecutor(max(1, len(hosts))) as pool:
+            answered = dict(zip(hosts, pool.map(probe, hosts)))
+        return ping_report(hosts, ips, answered)
+
+    def iperf(self, client: str, server: str, seconds: int = DEFAULT_IPERF_S) -> float:
+        """Mbit/s ``server`` received from one iperf3 TCP flow from ``client``."""
+        from testbed.drive.flows import run_flows
+
+        for host in (client, server):
+            self.pid(host)
+        rates, errors = run_flows(self, [(client, server)], seconds, 0)
+        if errors:
+            raise TestbedError(f"iperf3 {client} -> {server}: {errors[0]}")
+        return rates[0]
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Take the link between nodes ``a`` and ``b`` down or up, as a cut cable."""
+        from testbed.apply.network import link_interfaces, set_interfaces
+
+        set_interfaces(link_interfaces(self.fabric, a, b), up)
+
+    def links(self) -> list[str]:
+        return link_lines(self.fabric, read_operstate)
+
+    def _switch(self, name: str) -> str:
+        if name not in self.switch_names:
+            raise TestbedError(f"no switch {name}; switches: {', '.join(self.switch_names)}")
+        return name
+
+    def dump_flows(self, switch: str) -> str:
+        """``ovs-ofctl dump-flows`` of one switch, as OVS prints it."""
+        return self.switchd.dump_flows(self._switch(switch))
+
+    def dump_groups(self, switch: str) -> str:
+        """``ovs-ofctl dump-groups`` of one switch, as OVS prints it."""
+        return self.switchd.dump_groups(self._switch(switch))

@@ -1,0 +1,166 @@
+"""Rank programs on a running setup (testbed.drive.ranks): their command lines, starting
+them with output in files, following rank 0's progress, collecting their JSON, the errors
+that name a failed rank, and the watch that adds the generators' CPU to the verdict. Real
+processes run here; the network is a stand-in that starts them locally."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.unit.stand_ins import StandInRun
+from testbed import errors
+from testbed.harness.progress import Progress
+from testbed.drive.ranks import (
+    Launch,
+    RankWatch,
+    all_ranks_window,
+    collect_ranks,
+    host_problems,
+    launches,
+    parse_rank_output,
+    rank_argv,
+    run_ranks,
+    start_ranks,
+    window_of,
+)
+from testbed.measure.generators import GeneratorCpu
+from testbed.model.topology.line import line
+
+
+class LocalNet:
+    """Starts every host's program here; keeps what was asked."""
+
+    def __init__(self):
+        self.started = []
+
+    def popen(self, host, argv, **kwargs):
+        self.started.append((host, argv, kwargs.get("env")))
+        return subprocess.Popen(argv, **kwargs)
+
+
+def program(rank: int, body: str = "", out: dict | None = None) -> list[str]:
+    """A rank that reports two progress lines (rank 0), runs ``body`` and prints ``out``."""
+    result = out if out is not None else {"rank": rank, "verified": True,
+                                          "timed_window_monotonic_s": [1.0 + rank, 5.0 + rank]}
+    code = ("import json, sys\n"
+            + ("".join(f"print('progress ' + json.dumps({{'done': {i}, 'of': 2}}), "
+                       f"file=sys.stderr, flush=True)\n" for i in (1, 2)) if rank == 0 else "")
+            + body + f"print(json.dumps({result!r}))\n")
+    return [sys.executable, "-c", code]
+
+
+def test_a_rank_command_line():
+    assert rank_argv("testbed.traffic.training.ddp", 2, ["10.0.0.2", "10.0.0.3"], 29501,
+                     ["--steps", 3]) == [
+        sys.executable, "-m", "testbed.traffic.training.ddp", "--rank", "2", "--hosts",
+        "10.0.0.2,10.0.0.3", "--port", "29501", "--steps", "3"]
+    ranks = launches("m", ["h0", "h1"], ["10.0.0.2", "10.0.0.3"], ["-x"])
+    assert [r.host for r in ranks] == ["h0", "h1"]
+    assert [r.argv[4] for r in ranks] == ["0", "1"] and ranks[1].argv[-1] == "-x"
+    assert ranks[0].env is None
+
+
+def test_outputs_that_are_errors_name_the_rank():
+    assert parse_rank_output('noise\n{"rank": 1}\n', 1, 0, "") == {"rank": 1}
+    assert parse_rank_output('{"rank": 1, "verified": false}', 1, 1, "")["verified"] is False
+    with pytest.raises(errors.TestbedError, match=r"rank 3 failed \(exit 2\): Traceback"):
+        parse_rank_output('{"rank": 3}', 3, 2, "Traceback")
+    with pytest.raises(errors.TestbedError, match=r"rank 0 failed \(exit 0\)"):
+        parse_rank_output("  \n", 0, 0, "")
+    with pytest.raises(errors.TestbedError, match="rank 2 failed: ValueError: no"):
+        parse_rank_output('{"error": "ValueError: no", "verified": false}', 2, 1, "")
+    with pytest.raises(errors.TestbedError, match="rank 1 printed no JSON object"):
+        parse_rank_output("hello", 1, 0, "")
+
+
+def test_ranks_run_with_their_output_in_files_and_rank0s_progress_followed(tmp_path):
+    net = LocalNet()
+    logged = []
+    procs = start_ranks(net, [Launch("h0", program(0)), Launch("h1", program(1), {"X": "1"})],
+                        tmp_path, prefix="ar-rank")
+    results = collect_ranks(procs, tmp_path, Progress(logged.append, live=False), 2, "steps",
+                            "ar-rank")
+    assert [r["rank"] for r in results] == [0, 1]
+    assert json.loads((tmp_path / "ar-rank1.json").read_text())["rank"] == 1
+    assert "progress" in (tmp_path / "ar-rank0.err").read_text()
+    assert any(line.startswith("steps: 2/2") for line in logged)
+    assert net.started[1][2]["X"] == "1" and "PATH" in net.started[1][2]  # added to the env
+    assert net.started[0][2] is None
+
+
+def test_piped_output_is_kept_in_the_file_too(tmp_path):
+    (tmp_path / "rank0.err").write_text("")
+    proc = subprocess.Popen(program(0, out={"rank": 0}), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    assert collect_ranks([proc], tmp_path, Progress(lambda m: None, live=False)) == [{"rank": 0}]
+    assert json.loads((tmp_path / "rank0.json").read_text()) == {"rank": 0}
+
+
+def test_a_failed_rank_is_an_error_with_its_message(tmp_path):
+    net = LocalNet()
+    procs = start_ranks(net, [Launch("h0", program(0)),
+                              Launch("h1", program(1, "raise SystemExit('broken link')\n"))],
+                        tmp_path)
+    with pytest.raises(errors.TestbedError, match=r"rank 1 failed \(exit 1\): broken link"):
+        collect_ranks(procs, tmp_path, Progress(lambda m: None, live=False))
+
+
+def test_a_rank_that_outlives_its_time_is_killed(tmp_path):
+    net = LocalNet()
+    procs = start_ranks(net, [Launch("h0", program(0)),
+                              Launch("h1", program(1, "import time; time.sleep(60)\n"))],
+                        tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(errors.TestbedError, match=r"ranks \[1\] did not finish in 1 s"):
+        collect_ranks(procs, tmp_path, Progress(lambda m: None, live=False), timeout_s=1.0)
+    assert time.monotonic() - t0 < 10
+    assert procs[1].poll() is not None  # killed, not left behind
+
+
+def test_windows_span_every_rank():
+    assert window_of([{"timed_window_monotonic_s": [2.0, 4.0]},
+                      {"timed_window_monotonic_s": [1.5, 3.0]}]) == [1.5, 4.0]
+    assert window_of([{"timed_window_monotonic_s": [None, 3.0]}, {}]) is None
+
+
+def test_the_all_ranks_window_is_where_every_rank_was_timing():
+    # a rank that started early (no warm-up) does not stretch the judged window
+    assert all_ranks_window([{"timed_window_monotonic_s": [1.0, 4.0]},
+                             {"timed_window_monotonic_s": [1.6, 4.2]}]) == [1.6, 4.0]
+    # windows that never overlap: their span
+    assert all_ranks_window([{"timed_window_monotonic_s": [1.0, 2.0]},
+                             {"timed_window_monotonic_s": [3.0, 4.0]}]) == [1.0, 4.0]
+    assert all_ranks_window([{}]) is None
+
+
+def test_run_ranks_watches_each_rank_over_its_window(tmp_path):
+    run = StandInRun(LocalNet(), None, tmp_path)
+    with GeneratorCpu(interval_s=0.05) as cpu:
+        results = run_ranks(run, [Launch("h0", program(0)), Launch("h1", program(1))], "job",
+                            prefix="j-rank", cpu=cpu)
+    assert len(results) == 2
+    assert set(cpu.pids) == {"j-rank0", "j-rank1"}
+    assert cpu.windows == {"j-rank0": (1.0, 5.0), "j-rank1": (2.0, 6.0)}
+
+
+def test_the_rank_watch_adds_the_generators_to_the_verdict(tmp_path):
+    run = StandInRun(LocalNet(), None, tmp_path)
+    run.net.fabric = line(2, 10.0)
+    with RankWatch(run) as watch:
+        watch.run_ranks([Launch("h0", program(0, out={"rank": 0}))], "job")
+    fidelity = watch.fidelity([101.0, 102.0], bandwidth_bound=True)
+    assert run.watched.asked == ((1.0, 2.0), None, True)  # the window, in sampler seconds
+    assert "generators" in fidelity and fidelity["trustworthy"] is True
+    assert watch.fidelity()["trustworthy"] is True and run.watched.asked[0] is None
+
+
+def test_more_ranks_than_hosts_is_a_problem_on_the_field():
+    fabric = line(2, 10.0)  # 2 hosts
+    assert host_problems(fabric, "world", 2) == []
+    [problem] = host_problems(fabric, "stages", 3, "stages")
+    assert problem.path == ("params", "stages")
+    assert problem.message == "3 stages need 3 hosts; the fabric has 2"

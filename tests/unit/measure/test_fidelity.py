@@ -1,0 +1,236 @@
+"""The fidelity verdict: CPU headroom and packet conservation decide; delivery is a note."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.measure.fidelity import (
+    MAX_CPU_BUSY_FRACTION,
+    MAX_EMULATOR_LOSS_FRACTION,
+    MAX_THREAD_CORES,
+    MIN_LINK_DELIVERY_FRACTION,
+    emulator_losses,
+    judge,
+)
+
+STEP = 1e-4  # just across a tolerance
+
+GOOD = dict(cpu_busy_fraction=0.5, vswitchd_cores=0.9, link_delivery_fraction=0.97,
+            emulator_loss_fraction=0.0)
+
+
+def test_good_run_is_trustworthy_and_says_why():
+    v = judge(**GOOD)
+    assert v.trustworthy and v.notes == []
+    assert len(v.reasons) == 1 and "CPU 50% busy" in v.reasons[0]
+    assert "0.90 cores" in v.reasons[0]
+
+
+@pytest.mark.parametrize(("cpu", "trusted"), [
+    (MAX_CPU_BUSY_FRACTION, True), (MAX_CPU_BUSY_FRACTION + STEP, False)])
+def test_cpu_limit(cpu, trusted):
+    v = judge(**{**GOOD, "cpu_busy_fraction": cpu})
+    assert v.trustworthy is trusted
+    assert trusted or "CPU-bound" in v.reasons[0]
+
+
+@pytest.mark.parametrize(("loss", "trusted"), [
+    (MAX_EMULATOR_LOSS_FRACTION, True), (MAX_EMULATOR_LOSS_FRACTION + STEP, False)])
+def test_emulator_loss_limit(loss, trusted):
+    v = judge(**{**GOOD, "emulator_loss_fraction": loss})
+    assert v.trustworthy is trusted
+    assert trusted or "could not keep up" in v.reasons[0]
+
+
+def test_both_problems_are_reported():
+    v = judge(**{**GOOD, "cpu_busy_fraction": 0.99, "emulator_loss_fraction": 0.05})
+    assert not v.trustworthy and len(v.reasons) == 2
+
+
+@pytest.mark.parametrize(("delivery", "trusted"), [
+    (MIN_LINK_DELIVERY_FRACTION, True), (MIN_LINK_DELIVERY_FRACTION - STEP, False)])
+def test_delivery_limit_for_bandwidth_bound_workloads(delivery, trusted):
+    v = judge(**{**GOOD, "link_delivery_fraction": delivery})
+    assert v.trustworthy is trusted
+    assert trusted or "limited the traffic" in v.reasons[0]
+
+
+def test_low_delivery_is_only_a_note_when_not_bandwidth_bound():
+    v = judge(**{**GOOD, "link_delivery_fraction": 0.3}, bandwidth_bound=False)
+    assert v.trustworthy and len(v.notes) == 1 and "decides nothing" in v.notes[0]
+
+
+@pytest.mark.parametrize(("rx", "tx", "drops", "lost"), [
+    (1000, 990, 10, 0), (1000, 980, 10, 10), (1000, 1000, 0, 0), (1000, 995, 10, 0)])
+def test_emulator_losses_by_conservation(rx, tx, drops, lost):
+    assert emulator_losses(rx, tx, drops) == lost
+
+
+def test_verdict_serialises_every_input():
+    d = judge(**GOOD).to_dict()
+    assert set(d) == {"trustworthy", "reasons", "cpu_busy_fraction", "vswitchd_cores",
+                      "link_delivery_fraction", "emulator_loss_fraction", "notes", "checks",
+                      "threads", "rtt", "cpu_stolen_fraction"}
+    assert [c["name"] for c in d["checks"]] == ["machine CPU busy",
+                                               "packets lost inside the switches",
+                                               "busiest link delivery"]
+    assert all(c["passed"] for c in d["checks"])
+
+
+def test_stolen_cpu_is_named_beside_the_busy_check_and_noted_from_its_threshold():
+    quiet = judge(**GOOD, cpu_stolen_fraction=0.01)
+    assert quiet.trustworthy and quiet.notes == [] and quiet.cpu_stolen_fraction == 0.01
+    assert "1% of its time stolen by the hypervisor" in quiet.checks[0].statement
+    stolen = judge(**GOOD, cpu_stolen_fraction=0.12)
+    assert stolen.trustworthy  # steal is counted as busy; it decides nothing by itself
+    assert stolen.notes == ["the hypervisor took 12% of the CPUs' time (steal, counted as "
+                            "busy): wake-ups came late"]
+    assert "stolen" not in judge(**GOOD).checks[0].statement  # not measured: not claimed
+
+
+def test_checks_fail_where_the_verdict_does():
+    d = judge(**{**GOOD, "cpu_busy_fraction": 0.99, "link_delivery_fraction": 0.5}).to_dict()
+    outcomes = {c["name"]: c["outcome"] for c in d["checks"]}
+    assert outcomes == {"machine CPU busy": "FAIL", "packets lost inside the switches": "PASS",
+                        "busiest link delivery": "FAIL"}
+    assert [c["name"] for c in judge(**GOOD, bandwidth_bound=False).to_dict()["checks"]] == [
+        "machine CPU busy", "packets lost inside the switches"]
+
+
+@pytest.mark.parametrize(("cores", "trusted"), [
+    (MAX_THREAD_CORES, True), (MAX_THREAD_CORES + STEP, False)])
+def test_a_saturated_thread_is_flagged_even_with_machine_cpu_to_spare(cores, trusted):
+    v = judge(**GOOD, threads={"ovs-vswitchd": ("ovs-vswitchd", cores),
+                               "pause agent": ("python3", 0.4)})
+    assert v.trustworthy is trusted
+    assert trusted or "saturated thread" in v.reasons[0]
+    outcomes = {c.name: c.outcome for c in v.checks}
+    assert outcomes["ovs-vswitchd busiest thread"] == ("PASS" if trusted else "FAIL")
+    assert outcomes["pause agent busiest thread"] == "PASS"
+    assert v.to_dict()["threads"]["ovs-vswitchd"] == {"thread": "ovs-vswitchd",
+                                                      "cores": round(cores, 4)}
+
+
+# --- the ports' queues: standing backlogs must drain at their rate; the marker must follow ----
+
+from testbed.apply.pfc_runtime import paused_within  # noqa: E402
+from testbed.measure.fidelity import (  # noqa: E402
+    MARKER_DIVERGENCE_RANGE_FRACTION,
+    MARKER_DIVERGENCE_SLACK_FRAMES,
+    MIN_BACKLOGGED_DELIVERY_FRACTION,
+    MIN_QUEUE_SAMPLES,
+    STANDING_BACKLOG_FRAMES,
+    STANDING_SAMPLE_FRACTION,
+    backlog_checks,
+    backlogged_delivery,
+    marker_divergence,
+    marker_tolerance_bytes,
+    standing_ports,
+)
+from testbed.plan.profiles import RedEcn, StepEcn  # noqa: E402
+
+FRAME = 1514
+T = [0.25 * i for i in range(41)]  # 10 s of samples
+FULL = (0.0, 10.0)
+
+
+def test_a_port_stands_when_half_its_samples_hold_two_frames():
+    floor = STANDING_BACKLOG_FRAMES * FRAME
+    half = int(len(T) * STANDING_SAMPLE_FRACTION) + 1
+    backlog = {"a->b": [floor] * half + [0] * (len(T) - half),
+               "b->a": [floor - 1] * len(T),  # never two frames
+               "c->d": [floor] * (half - 2) + [0] * (len(T) - half + 2)}
+    assert set(standing_ports(T, backlog, FULL, FRAME)) == {"a->b"}
+
+
+def test_too_few_samples_decide_nothing():
+    t = T[:MIN_QUEUE_SAMPLES - 1]
+    assert standing_ports(t, {"a->b": [10**6] * len(t)}, FULL, FRAME) == {}
+
+
+def test_only_the_window_counts():
+    backlog = {"a->b": [10**6 if t < 5 else 0 for t in T]}
+    assert standing_ports(T, backlog, (0.0, 4.75), FRAME) == {"a->b": 1.0}
+    assert standing_ports(T, backlog, (5.0, 10.0), FRAME) == {}
+
+
+def test_delivery_of_a_standing_port_discounts_the_time_pfc_paused_it():
+    delivery = backlogged_delivery({"a->b": 1.0, "c->d": 1.0, "e->f": 1.0},
+                                   {"a->b": 9.0, "c->d": 4.5, "e->f": 0.0},
+                                   {"a->b": 10.0, "c->d": 10.0, "e->f": 10.0},
+                                   {"c->d": 5.0, "e->f": 10.0}, 10.0)
+    assert delivery == pytest.approx({"a->b": 0.9, "c->d": 0.9, "e->f": 1.0})
+
+
+def test_a_slow_backlogged_port_fails_the_run_and_is_named():
+    ok = MIN_BACKLOGGED_DELIVERY_FRACTION
+    checks, problems = backlog_checks({"a->b": ok, "c->d": ok - STEP}, None)
+    assert [c.passed for c in checks] == [False] and checks[0].measured == round(ok - STEP, 4)
+    assert "c->d" in problems[0] and "below" in problems[0]
+    checks, problems = backlog_checks({"a->b": ok}, None)
+    assert checks[0].passed and not problems
+    checks, problems = backlog_checks({}, None)
+    assert checks[0].passed and checks[0].measured is None and not problems
+    assert backlog_checks(None, None) == ([], [])
+
+
+def test_a_run_whose_queues_could_not_be_read_is_not_trusted():
+    checks, problems = backlog_checks({"error": "OSError: gone"}, None)
+    assert checks[0].passed is None and "OSError: gone" in problems[0]
+    v = judge(**GOOD, backlogged={"error": "OSError: gone"})
+    assert not v.trustworthy
+
+
+def test_marker_tolerance_is_a_quarter_of_the_marking_range_plus_two_frames():
+    slack = MARKER_DIVERGENCE_SLACK_FRAMES * FRAME
+    assert marker_tolerance_bytes(StepEcn(30_000), FRAME) == \
+        int(MARKER_DIVERGENCE_RANGE_FRACTION * 30_000 + slack)
+    assert marker_tolerance_bytes(RedEcn(5_000, 200_000, 0.01), FRAME) == \
+        int(MARKER_DIVERGENCE_RANGE_FRACTION * 195_000 + slack)
+
+
+def test_marker_divergence_is_a_high_percentile_of_the_paired_gap():
+    real = {"a->b": [1000] * len(T)}
+    model = {"a->b": [1000] * (len(T) - 1) + [90_000]}  # one outlier of 41: below p95
+    out = marker_divergence(T, model, real, FULL)["a->b"]
+    assert out["abs_bytes"] < 90_000 and out["samples"] == len(T)
+    drifted = {"a->b": [1000 + 100 * i for i in range(len(T))]}
+    assert marker_divergence(T, drifted, real, FULL)["a->b"]["abs_bytes"] > 3000
+
+
+def test_a_drifting_marker_fails_the_run():
+    tol = marker_tolerance_bytes(StepEcn(30_000), FRAME)
+    near = {"abs_bytes": tol, "mean_bytes": 0, "samples": 40, "tolerance_bytes": tol}
+    far = {**near, "abs_bytes": tol + 1}
+    checks, problems = backlog_checks(None, {"a->b": near, "c->d": far})
+    assert checks[0].passed is False and "c->d" in problems[0]
+    v = judge(**GOOD, marker={"a->b": near})
+    assert v.trustworthy and v.checks[-1].name == "ECN marker's model follows the real queue"
+    assert not judge(**GOOD, marker={"c->d": far}).trustworthy
+
+
+def test_paused_time_is_the_union_of_the_priorities_pauses_within_the_window():
+    events = [{"t": 1.0, "event": "pause", "intf": "s1-eth1", "priority": 3},
+              {"t": 2.0, "event": "pause", "intf": "s1-eth1", "priority": 4},
+              {"t": 3.0, "event": "resume", "intf": "s1-eth1", "priority": 3},
+              {"t": 4.0, "event": "resume", "intf": "s1-eth1", "priority": 4},
+              {"t": 5.0, "event": "xoff_sent", "intf": "s1-eth2", "priority": 3},
+              {"t": 8.0, "event": "pause", "intf": "h1-eth0", "priority": 3}]  # still open
+    assert paused_within(events, 0.0, 10.0) == pytest.approx({"s1-eth1": 3.0, "h1-eth0": 2.0})
+    assert paused_within(events, 2.5, 9.0) == pytest.approx({"s1-eth1": 1.5, "h1-eth0": 1.0})
+    assert paused_within(events, 4.5, 7.0) == {}
+
+
+def test_the_watch_checks_the_busiest_thread_of_every_agent_beside_the_switches():
+    from types import SimpleNamespace
+
+    from testbed.measure.fidelity import Watch
+    from testbed.model.topology import build
+
+    fabric = build("spineleaf", leaves=1, spines=1, hosts_per_leaf=2, host_rate_mbit=20.0)
+    net = SimpleNamespace(fabric=fabric, switchd=SimpleNamespace(pids=[101]),
+                          pfc=SimpleNamespace(proc=SimpleNamespace(pid=202)),
+                          marking=SimpleNamespace(anchor_pids=[303]))
+    assert Watch(net).sampler.threads == {"ovs-vswitchd": [101], "pause agent": [202],
+                                          "ECN anchor agent": [303]}
+    net.pfc = net.marking = None  # neither agent: ovs-vswitchd alone
+    assert Watch(net).sampler.threads == {"ovs-vswitchd": [101]}

@@ -1,0 +1,110 @@
+"""What the distribution installs: the repository's three programs (testbed/, controllers/,
+traffic/) under the one import name ``testbed``. A wheel is built offline from a copy of the
+sources (pip wheel --no-build-isolation, with the venv's setuptools) and its file list read;
+the editable install this checkout runs from must resolve testbed.controllers and
+testbed.traffic to the top-level folders."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import setuptools
+from packaging.requirements import Requirement
+
+import testbed.controllers
+import testbed.traffic
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10; pytest depends on tomli there
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[3]
+# Import name -> the repository folder it is installed from.
+PROGRAMS = {"testbed": "testbed", "testbed/controllers": "controllers",
+            "testbed/traffic": "traffic"}
+# What the build reads besides the three folders.
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "setup.cfg", "README.md", "LICENSE")
+# Package data the code reads at run time (one file or pattern per kind).
+PACKAGE_DATA = ("testbed/apply/bpf/*.c", "testbed/scenarios/*.yaml", "testbed/scenarios/schema.json",
+                "testbed/traffic/training/shapes/*.json")
+BUILD_TIMEOUT_S = 300
+
+
+def source_files(folder: str) -> set[str]:
+    """The Python files and package data under a repository folder, relative to it."""
+    root = REPO / folder
+    return {path.relative_to(root).as_posix() for path in root.rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts
+            and path.suffix in {".py", ".c", ".yaml", ".json"}}
+
+
+@pytest.fixture(scope="module")
+def wheel_files(tmp_path_factory) -> set[str]:
+    """The file list of a wheel built from a copy of the sources (no build/ folder of the
+    checkout's can leak stale files into it)."""
+    (requirement,) = [Requirement(r) for r in
+                      tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+                      if Requirement(r).name == "setuptools"]
+    assert requirement.specifier.contains(setuptools.__version__), (
+        f"the venv's setuptools {setuptools.__version__} does not meet the build requirement "
+        f"{requirement}: reinstall the test extra (requirements-test.txt pins it)")
+    src = tmp_path_factory.mktemp("src")
+    for name in BUILD_INPUTS:
+        shutil.copy2(REPO / name, src / name)
+    for name in sorted(REPO.glob("requirements*.txt")):
+        shutil.copy2(name, src / name.name)
+    for folder in set(PROGRAMS.values()):
+        shutil.copytree(REPO / folder, src / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--quiet", "--wheel-dir", str(out), str(src)],
+                   check=True, cwd=src, timeout=BUILD_TIMEOUT_S)
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        return set(archive.namelist())
+
+
+def test_the_wheel_has_one_top_level_package(wheel_files):
+    top = {name.split("/")[0] for name in wheel_files}
+    (dist_info,) = [name for name in top if name.endswith(".dist-info")]
+    assert top == {"testbed", dist_info}
+    assert not any(name.startswith(("controllers/", "traffic/")) for name in wheel_files)
+
+
+@pytest.mark.parametrize("installed, folder", PROGRAMS.items())
+def test_every_source_file_is_in_the_wheel_under_testbed(wheel_files, installed, folder):
+    expected = {f"{installed}/{name}" for name in source_files(folder)}
+    assert expected, folder
+    assert expected - wheel_files == set()
+
+
+def test_the_controller_and_the_host_programs_are_installed_under_testbed(wheel_files):
+    for name in ("testbed/controllers/__init__.py", "testbed/controllers/apps/launcher.py",
+                 "testbed/traffic/__init__.py", "testbed/traffic/roce/host.py",
+                 "testbed/traffic/collectives/allreduce.py"):
+        assert name in wheel_files
+
+
+@pytest.mark.parametrize("pattern", PACKAGE_DATA)
+def test_the_package_data_is_in_the_wheel(wheel_files, pattern):
+    folder, _, glob = pattern.rpartition("/")
+    matching = {name for name in wheel_files if name.startswith(f"{folder}/")
+                and Path(name).match(glob) and "/" not in name[len(folder) + 1:]}
+    assert matching, pattern
+
+
+def test_this_checkout_imports_the_top_level_programs():
+    # The editable install maps testbed.controllers and testbed.traffic to the top-level
+    # folders; a stale testbed/controllers or testbed/traffic folder (left by an old checkout)
+    # would shadow them as an empty namespace package.
+    for module, folder in ((testbed.controllers, "controllers"), (testbed.traffic, "traffic")):
+        assert module.__file__ is not None, f"{module.__name__} is an empty namespace package"
+        assert Path(module.__file__).resolve() == REPO / folder / "__init__.py"
+    for stale in (REPO / "testbed" / "controllers", REPO / "testbed" / "traffic"):
+        assert not stale.exists(), f"{stale} is left from the old layout: remove it"

@@ -1,6 +1,7 @@
 """A small rtnetlink codec for the qdiscs the PFC pause agent (``testbed.apply.pfc_agent``)
-reads and changes every few milliseconds: the backlog of chosen qdiscs (``QdiscBacklogs``) and
-a tbf's rate changed in place (``tbf_change_message``, ``QdiscChanger``).
+and the ECN anchor agent (``testbed.apply.ecn_anchor``) read and change every few
+milliseconds: the backlog of chosen qdiscs (``QdiscBacklogs``) and a tbf's rate changed in
+place (``tbf_change_message``, ``QdiscChanger``).
 
 Written by hand because the agent's budget is a poll every few ms on a 2-core machine: measured
 there, pyroute2 0.9.7 takes about 32 us to parse one qdisc reply and read its backlog, 2.5 ms
@@ -65,8 +66,18 @@ class QdiscBacklogs:
         return b"".join(parts), by_seq
 
     def read(self) -> dict[tuple[int, int], int]:
+        return self.receive(self.send())
+
+    def send(self) -> dict[int, tuple[int, int]]:
+        """Send the requests; the kernel reads every backlog while this call runs (rtnetlink
+        handles a request in the sender's context), so a caller can time the readings by
+        it. Returns what ``receive`` waits for."""
         request, pending = self._requests()
         self.sock.send(request)
+        return pending
+
+    def receive(self, pending: dict[int, tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """The answers to ``send``'s requests: {(ifindex, handle major): backlog bytes}."""
         out: dict[tuple[int, int], int] = {}
         while pending:
             n = self.sock.recv_into(self.buf)

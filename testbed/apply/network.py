@@ -283,7 +283,8 @@ class FabricNetwork:
         self.queue = queue
         self.impairments = dict(impairments or {})
         self.ecn_path = None if queue is None else ecn_path or machine_ecn_path()
-        self.marking = (EcnMarking(fabric, queue, ledger, self.ecn_path, log=log)
+        self.marking = (EcnMarking(fabric, queue, ledger, self.ecn_path, log=log,
+                                   workdir=workdir)
                         if queue is not None else None)
         self.loss = None
         if losses:
@@ -333,6 +334,8 @@ class FabricNetwork:
                 self._queue_switch_ports()
                 if self.loss is not None:
                     self.loss.apply()  # after the queues: its filter goes before the marker's
+                if self.marking is not None:  # the ECN anchor agent, where ports mark by eBPF
+                    self.marking.start_anchoring(self.cpu_layout.host_cpus, self.impairments)
                 if self.pfc is not None:
                     self.pfc.start({name: host.pid for name, host in self.hosts.items()},
                                    self.cpu_layout.host_cpus)
@@ -668,6 +671,8 @@ class FabricNetwork:
             self._backlogs = None
         if self.pfc is not None:
             self.pfc.stop()  # first: its sockets in the hosts' namespaces keep them alive
+        if self.marking is not None:
+            self.marking.remove()  # its anchor agent reads the ports' queues: before they go
         shells = {h.pid: process_start_ticks(h.pid) for h in self.hosts.values()}
         inodes = {netns_inode(pid) for pid in shells} - {None}
         # Hosts first, with whatever their commands left running: their namespaces then take
@@ -679,8 +684,6 @@ class FabricNetwork:
         kill_processes({pid: t for pid, t in shells.items() if t is not None}, self.log)
         self.hosts = {}
         self.switchd.stop()
-        if self.marking is not None:
-            self.marking.remove()
         if self.loss is not None:
             self.loss.remove()
         self._delete_root_interfaces()

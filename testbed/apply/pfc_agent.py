@@ -33,9 +33,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import resource
 import select
-import signal
 import socket
 import struct
 import sys
@@ -43,6 +41,13 @@ import threading
 import time
 from pathlib import Path
 
+from testbed.apply.agent_process import (
+    agent_arguments,
+    quantiles,
+    realtime_priority,
+    stop_on_signals,
+    write_json,
+)
 from testbed.apply.netlink import QdiscBacklogs, QdiscChanger
 from testbed.plan.pfc import (
     PAUSE,
@@ -75,8 +80,6 @@ PACKET_QDISC_BYPASS = 20
 CLONE_NEWNET = 0x40000000
 IDLE_WAKE_MS = 10
 SIOCGIFHWADDR = 0x8927
-REALTIME_PRIORITY = 10
-REALTIME_BUDGET_S = 0.5  # CPU time a real-time thread may use between two blocking calls
 SWITCH_INTERVAL_S = 0.0005  # let the listener in quickly while the watcher parses
 
 
@@ -139,21 +142,6 @@ def _read_mac(intf: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         ifreq = fcntl.ioctl(sock.fileno(), SIOCGIFHWADDR, struct.pack("256s", intf.encode()[:15]))
     return ":".join(f"{b:02x}" for b in ifreq[18:24])
-
-
-def realtime_priority() -> str:
-    """Run ahead of the emulation's busy processes: a pause that waits for a CPU behind
-    ovs-vswitchd and the traffic generators arrives too late for the headroom. The agent
-    sleeps between samples, so a real-time class costs the others only what it uses; should
-    a thread ever spin, RLIMIT_RTTIME ends the agent (SIGXCPU, then SIGKILL) once it has run
-    ``REALTIME_BUDGET_S`` without blocking, instead of starving the machine."""
-    try:
-        budget_us = int(REALTIME_BUDGET_S * 1e6)
-        resource.setrlimit(resource.RLIMIT_RTTIME, (budget_us, 2 * budget_us))
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
-        return "SCHED_FIFO"
-    except (OSError, AttributeError):
-        return "normal"
 
 
 class Agent:
@@ -379,13 +367,11 @@ class Agent:
             with open(self.workdir / EVENTS_FILE, "a") as fh:
                 fh.writelines(json.dumps(e) + "\n" for e in events)
         summary = {"t": round(now, 6), "interfaces": per_intf,
-                   "pause_apply_ms": _quantiles(apply_ms), "poll_s": self.plan.poll_s,
-                   "sample_gap_ms": _quantiles(gaps_ms),
+                   "pause_apply_ms": quantiles(apply_ms), "poll_s": self.plan.poll_s,
+                   "sample_gap_ms": quantiles(gaps_ms),
                    "scheduling": getattr(self, "scheduling", None),
                    "cpu_s": round(time.process_time(), 3)}
-        tmp = self.workdir / (COUNTERS_FILE + ".tmp")
-        tmp.write_text(json.dumps(summary))
-        tmp.replace(self.workdir / COUNTERS_FILE)
+        write_json(self.workdir / COUNTERS_FILE, summary)
 
     def _listen_or_stop(self) -> None:
         """The listener; if it fails, the whole agent stops (a fabric whose pauses are not
@@ -413,24 +399,14 @@ class Agent:
         return 1 if self.failed else 0
 
 
-def _quantiles(values: list[float]) -> dict:
-    if not values:
-        return {"count": 0}
-    pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))], 3)  # noqa: E731
-    return {"count": len(values), "p50": pick(0.5), "p99": pick(0.99), "max": round(values[-1], 3)}
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m testbed.apply.pfc_agent PLAN_JSON WORKDIR", file=sys.stderr)
+    args = agent_arguments("testbed.apply.pfc_agent", sys.argv[1:] if argv is None else argv)
+    if args is None:
         return 2
-    plan = AgentPlan.from_json(json.loads(Path(argv[0]).read_text()))
-    workdir = Path(argv[1])
+    plan, workdir = args
     netns = json.loads((workdir / NETNS_FILE).read_text())
-    agent = Agent(plan, workdir, netns)
-    signal.signal(signal.SIGTERM, lambda *_: agent.stop_event.set())
-    signal.signal(signal.SIGINT, lambda *_: agent.stop_event.set())
+    agent = Agent(AgentPlan.from_json(plan), workdir, netns)
+    stop_on_signals(agent.stop_event)
     return agent.run()
 
 

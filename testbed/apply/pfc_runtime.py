@@ -6,15 +6,12 @@ summary (drops in the lossless queues are ``testbed.measure.counters.lossless_dr
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from testbed.apply.agent_process import AgentProcess
 from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
-from testbed.apply.state import Ledger, stop_process
-from testbed.errors import TestbedError
+from testbed.apply.state import Ledger
 from testbed.model.topology.base import Fabric
 from testbed.plan.pfc import PAUSE as PAUSE_EVENT
 from testbed.plan.pfc import RESUME as RESUME_EVENT
@@ -32,21 +29,20 @@ LOG_FILE = "pfc-agent.log"
 # later at most: within the 20 ms the PFC headroom covers per end
 # (testbed.plan.scaling.DEFAULT_PFC_REACTION_TIME_S).
 DEFAULT_POLL_S = 0.004
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 5.0
 
 
-class PauseAgentProcess:
+class PauseAgentProcess(AgentProcess):
     """The pause agent of one fabric, as a process recorded in the run's ledger."""
+
+    module = "testbed.apply.pfc_agent"
+    title = "the PFC pause agent"
+    plan_file, log_file, ready_file, counters_file = PLAN_FILE, LOG_FILE, READY_FILE, COUNTERS_FILE
 
     def __init__(self, fabric: Fabric, queue: QueueConfig, workdir: Path, ledger: Ledger,
                  poll_s: float = DEFAULT_POLL_S, routing: str = "ecmp", log=print):
+        super().__init__(workdir, ledger, log)
         self.plan = agent_plan(fabric, queue, poll_s, routing)
         self.queue = queue
-        self.workdir = workdir
-        self.ledger = ledger
-        self.log = log
-        self.proc: subprocess.Popen | None = None
 
     def start(self, host_pids: dict[str, int], cpus: Sequence[int] = ()) -> None:
         """Launch the agent; ``host_pids`` names a process in each host's namespace, ``cpus``
@@ -64,29 +60,9 @@ class PauseAgentProcess:
         every 4 ms, ``DEFAULT_POLL_S``, it takes 0.36-0.44). Beside ovs-vswitchd its
         polls waited for the forwarding thread's kernel work (this kernel is PREEMPT_NONE),
         up to 41 ms apart, and the 6:1 RoCE incast lost 53 (docs/capacity.md)."""
-        for name in (READY_FILE, COUNTERS_FILE, EVENTS_FILE):
-            (self.workdir / name).unlink(missing_ok=True)
-        plan_path = self.workdir / PLAN_FILE
-        plan_path.write_text(json.dumps(self.plan.to_json(), indent=1))
         (self.workdir / NETNS_FILE).write_text(json.dumps(
             {host: f"/proc/{pid}/ns/net" for host, pid in host_pids.items()}))
-        with open(self.workdir / LOG_FILE, "ab") as log:
-            pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
-            self.proc = subprocess.Popen(
-                [*pin, sys.executable, "-m", "testbed.apply.pfc_agent", str(plan_path),
-                 str(self.workdir)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
-        self.ledger.add_process(self.proc.pid)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (self.workdir / READY_FILE).exists():
-            if self.proc.poll() is not None:
-                raise TestbedError(f"the PFC pause agent exited ({self.proc.returncode}): "
-                                   f"{self._log_tail()}")
-            if time.monotonic() > deadline:
-                raise TestbedError(f"the PFC pause agent did not start within "
-                                   f"{START_TIMEOUT_S:.0f} s; see {self.workdir / LOG_FILE}")
-            time.sleep(0.05)
+        self.launch(self.plan.to_json(), cpus, stale=(EVENTS_FILE,))
         rates = self.queue.by_rate
         thresholds = "; ".join(f"XOFF {q.pfc.xoff_bytes} B, XON {q.pfc.xon_bytes} B"
                                + (f" at {q.rate_mbit:g} Mbit/s" if len(rates) > 1 else "")
@@ -95,6 +71,7 @@ class PauseAgentProcess:
                  f"switch ports every {self.plan.poll_s * 1000:g} ms ({thresholds})"
                  + (f", on CPU {','.join(map(str, cpus))} with the hosts" if cpus else ""))
 
+<<<<<<< HEAD
     def _log_tail(self) -> str:
         try:
             return (self.workdir / LOG_FILE).read_text().strip()[-400:]
@@ -117,6 +94,10 @@ class PauseAgentProcess:
     def paused_spans(self, t0_monotonic: float,
                      t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
         """When each interface's lossless class was paused within the interval, from the
+=======
+    def paused_s(self, t0_monotonic: float, t1_monotonic: float) -> dict[str, float]:
+        """Seconds each interface's lossless class was paused within the interval, from the
+>>>>>>> ecn
         agent's events (written every ``SNAPSHOT_S``, so the last fraction of a second may
         not be in yet; a pause still open at the end counts up to it)."""
         try:

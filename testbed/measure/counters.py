@@ -123,12 +123,18 @@ def switch_totals(interface_counters: Mapping[str, Mapping[str, int]],
 
 # Counters that add up over time (a run's share is after minus before); the rest are peaks.
 ADDITIVE_FIELDS = ("marks", "ect_packets", "offered_packets", "not_ect_over", "ce_arrived",
-                   "virtual_fifo_drops", "fifo_drops", "sent_packets")
+                   "virtual_fifo_drops", "fifo_drops", "sent_packets", "anchors",
+                   "anchor_error_bytes", "anchor_abs_error_bytes")
 MARKER_FIELDS = {  # port counter -> field of the marker's ecn_counters
     "marks": "ce_marks", "ect_packets": "ect_packets", "offered_packets": "packets",
     "not_ect_over": "not_ect_over", "ce_arrived": "ce_arrived",
     "virtual_fifo_drops": "fifo_drops", "max_queue_bytes": "max_queue_bytes",
+    # anchoring (testbed.plan.anchoring): readings applied, and the model's error at each
+    "anchors": "anchors", "anchor_error_bytes": "anchor_error_bytes",
+    "anchor_abs_error_bytes": "anchor_abs_error_bytes",
+    "anchor_max_abs_error_bytes": "anchor_max_abs_error_bytes",
 }
+PEAK_FIELDS = ("max_queue_bytes", "anchor_max_abs_error_bytes")
 
 
 def port_counters(ports: Sequence[Port], marker: Mapping[int, Mapping[str, int]] | None,
@@ -165,14 +171,14 @@ def counter_delta(before: Mapping[str, Mapping], after: Mapping[str, Mapping]) -
 
 def counter_totals(counters: Mapping[str, Mapping]) -> dict:
     """Sums of the additive counters over all ports (None where no port has the field), the
-    highest peak queue, and how many ports marked at all."""
+    highest of each peak (queue, anchoring error), and how many ports marked at all."""
     totals: dict = {}
     for name in ADDITIVE_FIELDS:
         values = [c.get(name) for c in counters.values() if c.get(name) is not None]
         totals[name] = sum(values) if values else None
-    peaks = [c.get("max_queue_bytes") for c in counters.values()
-             if c.get("max_queue_bytes") is not None]
-    totals["max_queue_bytes"] = max(peaks) if peaks else None
+    for name in PEAK_FIELDS:
+        peaks = [c.get(name) for c in counters.values() if c.get(name) is not None]
+        totals[name] = max(peaks) if peaks else None
     totals["ports_marking"] = sum(1 for c in counters.values() if c.get("marks"))
     return totals
 

@@ -334,6 +334,9 @@ class Watch:
         pfc = getattr(net, "pfc", None)
         if pfc is not None and pfc.proc is not None:
             threads["pause agent"] = [pfc.proc.pid]
+        anchor_pids = getattr(getattr(net, "marking", None), "anchor_pids", [])
+        if anchor_pids:
+            threads["ECN anchor agent"] = list(anchor_pids)
         queues = (QueueReaders(net.port_backlogs, net.marker_backlogs)
                   if hasattr(net, "port_backlogs") else None)
         self.sampler = Sampler(link_directions(net.fabric), net.switchd.pids, interval_s,

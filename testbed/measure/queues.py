@@ -1,17 +1,16 @@
 """Queue depths of the marked switch ports, sampled every few milliseconds during a run (as
 mininet-tests/dctcp sampled at 10 ms), and the ``ecn`` part of a run's summary: the ports'
-counters over the run (``testbed.measure.counters``), depth statistics, path and queue.
+counters over the run (``testbed.measure.counters``), depth statistics, path and queue, and
+on the eBPF path how the marker's anchoring went (``anchor_errors`` and the anchor agent's
+record).
 
 Depths come, by marking path (``testbed.plan.ecn_plan``), from the eBPF marker's
 ``ecn_qdepth`` map (the backlog after the latest packet and its time, drained to the moment
 of reading: ``ecn_plan.queue_bytes_at``) or from the RED qdiscs' backlog.
 ``testbed.apply.marking.EcnMarking`` does the reading; everything here is pure but the
-sampling thread. Cost of a sample: one ``bpftool -j map dump`` (eBPF) or ``tc -s -j qdisc
-show`` (RED) process reads every port at once. Not yet measured on a live fabric: the series
-keeps how long each read took (``read_s``) and the statistics the interval achieved; if reads
-take a good part of the interval, read the pinned map with the bpf syscall instead
-(BPF_OBJ_GET on the pin, then BPF_MAP_GET_NEXT_KEY and BPF_MAP_LOOKUP_ELEM, e.g. through
-ctypes), which spawns no process on the emulator's two cores.
+sampling thread. Cost of a sample: one bpf system call (eBPF: ``testbed.apply.bpf_syscall``)
+or one ``tc -s -j qdisc show`` process (RED) reads every port at once; the series keeps how
+long each read took (``read_s``) and the statistics the interval achieved.
 """
 from __future__ import annotations
 
@@ -119,17 +118,48 @@ def queue_sampling(read: Callable[[], Mapping[str, int]], intfs: Sequence[str],
 # --- the run's report -------------------------------------------------------------------------
 
 
+def anchor_errors(counters: Mapping[str, Mapping]) -> dict | None:
+    """How far the marker's model had strayed from the real queue each time an anchor came
+    (testbed.plan.anchoring), per port and over all ports, from the ports' counters
+    (``testbed.measure.counters.port_counters``, over a window by ``counter_delta``): anchors
+    applied, the mean error (model - real: above 0, the model had drained too little), the
+    mean absolute error and the largest absolute error (since the counters began, as peaks
+    are). None when no port counts anchors (the RED path, or nothing marked)."""
+    ports = {}
+    for intf, c in counters.items():
+        anchors = c.get("anchors")
+        if not anchors:
+            continue
+        ports[intf] = {"anchors": anchors, "mean_error_bytes": c["anchor_error_bytes"] / anchors,
+                       "mean_abs_error_bytes": c["anchor_abs_error_bytes"] / anchors,
+                       "max_abs_error_bytes": c.get("anchor_max_abs_error_bytes")}
+    if not ports:
+        return None
+    anchors = sum(p["anchors"] for p in ports.values())
+    return {"anchors": anchors,
+            "mean_error_bytes": sum(counters[i]["anchor_error_bytes"] for i in ports) / anchors,
+            "mean_abs_error_bytes": sum(counters[i]["anchor_abs_error_bytes"]
+                                        for i in ports) / anchors,
+            "max_abs_error_bytes": max(p["max_abs_error_bytes"] or 0 for p in ports.values()),
+            "ports": ports}
+
+
 def ecn_report(settings: EcnSettings, path: str, counters: Mapping[str, Mapping],
-               series: QueueSeries | None) -> dict:
+               series: QueueSeries | None, anchoring: dict | None = None) -> dict:
     """The ``ecn`` part of a run's summary. ``samples`` (the raw series) is for a file of
-    its own (``testbed.experiments.allreduce.report.write_results``), not for summary.json."""
+    its own (``testbed.experiments.allreduce.report.write_results``), not for summary.json.
+    ``anchoring``: the anchor agent's record (``EcnMarking.anchoring``), beside the model's
+    errors at the anchors (``anchor_errors``)."""
     queue = settings.queue
     threshold = marking_starts_bytes(queue, counters)
+    errors = anchor_errors(counters)
     report = {"path": path, "queue": queue_record(queue), "scaling": settings.scaling,
               "marking_starts_bytes": threshold, "sample_ms": settings.sample_ms,
               "ports": dict(counters),
               "totals": counter_totals(counters), "queue_depth": None, "sampler_error": None,
-              "samples": None}
+              "samples": None,
+              "anchoring": (None if anchoring is None and errors is None
+                            else {"agent": anchoring, "errors": errors})}
     if series is not None:
         report["queue_depth"] = depth_stats(series, threshold)
         report["sampler_error"] = series.error

@@ -46,10 +46,8 @@ from testbed.model.topology.checks import check_count, check_mtu, check_rate
 # pack_value and unpack_value are imported from here by the marker's callers too
 from testbed.plan.bpf_maps import (  # noqa: F401
     Layout,
-    dump_command,
     layout_struct,
     pack_value,
-    parse_dump,
     pin_path,
     unpack_value,
     update_command,
@@ -94,17 +92,25 @@ MAX_RATE_BYTES_PER_S = U32_MAX
 CONFIG_LAYOUT: Layout = (("rate_bytes_per_s", "Q"), ("limit_bytes", "I"), ("mode", "I"),
                          ("k_bytes", "I"), ("kmin_bytes", "I"), ("kmax_bytes", "I"),
                          ("pmax", "I"))
-STATE_LAYOUT: Layout = (("lock", "I"), ("pad", "I"), ("queue_bytes", "Q"), ("last_ns", "Q"))
-COUNTERS_LAYOUT: Layout = tuple((name, "Q") for name in (
+STATE_LAYOUT: Layout = (("lock", "I"), ("pad", "I"), ("queue_bytes", "Q"), ("last_ns", "Q"),
+                        ("anchor_seq", "Q"))
+COUNTERS_LAYOUT: Layout = (*((name, "Q") for name in (
     "packets", "bytes", "ect_packets", "ce_marks", "ce_arrived", "not_ect_over",
-    "fifo_drops", "max_queue_bytes"))
-QDEPTH_LAYOUT: Layout = (("queue_bytes", "Q"), ("time_ns", "Q"))
+    "fifo_drops", "max_queue_bytes", "anchors")),
+    ("anchor_error_bytes", "q"),  # signed: the model above the anchored backlog is > 0
+    ("anchor_abs_error_bytes", "Q"), ("anchor_max_abs_error_bytes", "Q"))
+QDEPTH_LAYOUT: Layout = (("queue_bytes", "Q"), ("time_ns", "Q"), ("accepted_bytes", "Q"))
+# A reading of a port's real backlog, written by the anchor agent (testbed.apply.ecn_anchor)
+# in place under the element's lock (bpf_syscall.BPF_F_LOCK), so the marker never reads it torn.
+ANCHOR_LAYOUT: Layout = (("lock", "I"), ("pad", "I"), ("backlog_bytes", "Q"), ("time_ns", "Q"),
+                         ("accepted_bytes", "Q"), ("seq", "Q"))
 # Map name -> value layout; each map's value is the C struct of the same name.
 MAPS: dict[str, Layout] = {
     "ecn_config": CONFIG_LAYOUT,
     "ecn_state": STATE_LAYOUT,
     "ecn_counters": COUNTERS_LAYOUT,
     "ecn_qdepth": QDEPTH_LAYOUT,
+    "ecn_anchor": ANCHOR_LAYOUT,
 }
 # --- the marker's per-port config -------------------------------------------------------------
 
@@ -179,22 +185,12 @@ def map_update_command(map_name: str, ifindex: int, value: bytes) -> list[str]:
 
 
 def ebpf_config_commands(ifindex: int, config: MarkerConfig) -> list[list[str]]:
-    """bpftool commands giving port ``ifindex`` a fresh virtual queue, zero counters and
-    ``config``; the config goes last, since the marker ignores ports without one."""
+    """bpftool commands giving port ``ifindex`` a fresh virtual queue, zero counters, an
+    anchor with seq 0 (none yet: the anchor agent then rewrites it in place) and ``config``;
+    the config goes last, since the marker ignores ports without one."""
     zeroed = [map_update_command(name, ifindex, pack_value(layout, {}))
               for name, layout in MAPS.items() if name != "ecn_config"]
     return zeroed + [map_update_command("ecn_config", ifindex, config.pack())]
-
-
-def map_dump_command(map_name: str) -> list[str]:
-    """bpftool printing one of the marker's pinned maps as JSON (see ``parse_map_dump``)."""
-    pinned_map_path(map_name)  # one of the marker's
-    return dump_command(map_name)
-
-
-def parse_map_dump(map_name: str, text: str) -> dict[int, dict[str, int]]:
-    """``bpftool -j map dump`` output of one of the marker's maps -> {ifindex: fields}."""
-    return parse_dump(MAPS[map_name], text)
 
 
 def queue_bytes_at(sample: Mapping[str, int], rate_bytes_per_s: int, now_ns: int) -> int:
@@ -289,9 +285,3 @@ def choose_ecn_path(report: Platform, prefer: str | None = None,
         raise TestbedError(f"ECN marking by {way} is not possible here: {lacking[0].detail}")
     return path
 
-
-def counter_reset_commands(ifindexes: Iterable[int]) -> list[list[str]]:
-    """bpftool commands zeroing the counters of ports ``ifindexes`` (the virtual queue runs
-    on; a packet counted while this runs may be lost from the new totals)."""
-    zero = pack_value(COUNTERS_LAYOUT, {})
-    return [map_update_command("ecn_counters", ifindex, zero) for ifindex in ifindexes]

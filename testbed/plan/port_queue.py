@@ -146,6 +146,7 @@ class Handles:
     """Every handle and class id of a port's tree (the module docstring draws it)."""
 
     IMPAIRMENT = "1:"  # netem at the root
+    IMPAIRMENT_MAJOR = 1
     IMPAIRMENT_CLASS = "1:1"  # netem's one class: the HTB hangs under it
     HTB_MAJOR = 5
     HTB = "5:"

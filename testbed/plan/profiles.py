@@ -129,6 +129,21 @@ def virtual_queue_step(queue_bytes: int, elapsed_ns: int, packet_bytes: int,
     return backlog, backlog + packet_bytes, False, used_ns
 
 
+def anchored_backlog(anchor_backlog_bytes: int, anchor_time_ns: int, anchor_accepted_bytes: int,
+                     accepted_bytes: int, now_ns: int, rate_bytes_per_s: int,
+                     limit_bytes: int) -> int:
+    """The marker's virtual backlog at ``now_ns`` grounded in a reading of the real one: the
+    backlog read at ``anchor_time_ns``, plus the bytes the virtual FIFO accepted since
+    (``accepted_bytes`` now against ``anchor_accepted_bytes`` read just before the backlog,
+    so packets that arrived after the reading are not lost), less what the rate drained
+    since; never below 0 nor above the FIFO's limit. A reading stamped after ``now_ns``
+    drains nothing, and a count that went backwards adds nothing (as the marker's unsigned
+    arithmetic guards them)."""
+    queue = anchor_backlog_bytes + max(0, accepted_bytes - anchor_accepted_bytes)
+    queue -= drained_bytes(rate_bytes_per_s, max(0, now_ns - anchor_time_ns))
+    return min(max(0, queue), limit_bytes)
+
+
 # --- traffic classes --------------------------------------------------------------------------
 
 

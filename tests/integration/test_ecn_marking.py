@@ -10,11 +10,13 @@ With ECN the port marks CE, the receiver counts CE-marked packets, and the queue
 K; the same flows without ECN (cubic, loss-based) fill the drop-tail buffer until it drops.
 The queue is judged on the one the marking acts on, sampled every 10 ms: on the eBPF path
 the marker's virtual FIFO, with the real buffer's backlog (testbed.measure.backlog.PortBacklog)
-at the same instants (with ECN the two must agree); on the RED path the RED qdisc is the
-buffer, so its own backlog, read the same way. The hosts' flows run the congestion control
-chosen for them (``ss -ti`` in a sender shows it: dctcp where the kernel has it). The fabric
-takes this machine's datapath. Every tolerance is named below. Needs root; runs alone (one
-emulation per machine); part of the stock-kernel suite (make vm-test)."""
+at the same instants (with ECN the two must agree, and the anchor agent,
+testbed.apply.ecn_anchor, must have run beside the marker and anchored it; under drop-tail no
+port marks, so none runs); on the RED path the RED qdisc is the buffer, so its own backlog,
+read the same way. The hosts' flows run the congestion control chosen for them (``ss -ti`` in
+a sender shows it: dctcp where the kernel has it). The fabric takes this machine's datapath.
+Every tolerance is named below. Needs root; runs alone (one emulation per machine); part of
+the stock-kernel suite (make vm-test)."""
 from __future__ import annotations
 
 import json
@@ -26,6 +28,7 @@ import pytest
 
 from testbed.apply.marking import EcnMarking
 from testbed.apply.network import FabricNetwork
+from testbed.apply.state import process_start_ticks
 from testbed.capabilities import detect, fabric_datapath
 from testbed.measure.backlog import PortBacklog
 from testbed.measure.counters import counter_delta
@@ -33,6 +36,7 @@ from testbed.measure.queues import queue_sampling
 from testbed.measure.sockets import wait_listening
 from testbed.measure.stats import percentile
 from testbed.model.topology import build
+from testbed.plan.anchoring import ANCHOR_POLL_S
 from testbed.plan.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
 from testbed.plan.port_queue import default_buffer_bytes, htb_burst_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
@@ -83,6 +87,9 @@ ABOVE_K_FRACTION_DROPTAIL = 0.25  # of judged samples above K + tolerance (ECN: 
 # saws between a full buffer and half of it, so a third to a half of the samples sit above K
 FULL_BUFFER_TOLERANCE_BYTES = MTU  # the marker's peak virtual queue is within a frame of
                                    # the buffer (eBPF path: a frame that does not fit drops)
+# Anchoring (eBPF path, with ECN): the agent polled at about its interval, at the median
+# (its p99 and maximum are recorded, not judged here: the verdict checks its thread)
+ANCHOR_GAP_P50_MAX_MS = 2 * ANCHOR_POLL_S * 1000
 
 
 def fabric():
@@ -153,12 +160,18 @@ def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]
                        log=lambda m: None, queue=queue, host_sysctls=tcp.sysctls()) as net:
         result = run_flows(net, net.marking)
         result["path"] = net.marking.path
+        result["anchoring"] = net.marking.anchoring()
+        result["anchor_pids"] = {pid: process_start_ticks(pid)
+                                 for pid in net.marking.anchor_pids}
     assert result["path"] == platform.paths.ecn_marking, result["path"]
     model_p50, real_p50 = percentile(result["judged"], 50), percentile(result["real_judged"], 50)
     context = {"tcp": tcp.congestion_control, "model_p50_bytes": model_p50,
                "real_p50_bytes": real_p50, **{k: v for k, v in result.items()
                                               if k not in ("judged", "real_judged")}}
     assert pins_left() == [], context
+    # the anchor agent went with the fabric
+    assert all(process_start_ticks(pid) != ticks
+               for pid, ticks in result["anchor_pids"].items()), context
     assert result["sampler_error"] is None, context
     assert len(result["judged"]) >= MIN_JUDGED_SAMPLES, context
     return result, context
@@ -182,6 +195,11 @@ def test_ecn_marks_near_k_and_the_receiver_sees_ce(ledger, tmp_path):
         # drop-tail the model only counts, and drifts: docs/ecn.md)
         gap_bytes = htb_burst_bytes(RATE_MBIT, MTU) + MODEL_GAP_TOLERANCE_BYTES
         assert abs(context["real_p50_bytes"] - context["model_p50_bytes"]) <= gap_bytes, context
+        # anchored all along: the agent ran, and the marker applied its readings
+        anchoring = result["anchoring"]
+        assert anchoring["running"] and anchoring["error"] is None, context
+        assert anchoring["polls"] > 0 and c["anchors"] > 0, context
+        assert anchoring["poll_gap_ms"]["p50"] <= ANCHOR_GAP_P50_MAX_MS, context
     # the queue stays near K, and gets there: marking starts at K, not below it
     near_k = sum(d <= K_BYTES + NEAR_K_TOLERANCE_BYTES for d in judged) / len(judged)
     assert near_k >= NEAR_K_FRACTION, (near_k, context)
@@ -202,3 +220,5 @@ def test_drop_tail_without_ecn_fills_the_buffer(ledger, tmp_path):
     if result["path"] == ECN_PATH_EBPF:
         assert c["ect_packets"] == 0, context
         assert c["max_queue_bytes"] >= BUFFER_BYTES - FULL_BUFFER_TOLERANCE_BYTES, context
+        # nothing marks, so nothing is anchored: the model only counts, and drifts
+        assert result["anchoring"] is None and c["anchors"] == 0, context

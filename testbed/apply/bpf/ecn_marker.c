@@ -15,23 +15,45 @@
  *   red:  p = 0 up to kmin, pmax * (backlog - kmin) / (kmax - kmin) up to kmax,
  *         1 above kmax                                                     (DCQCN)
  * testbed/plan/profiles.py holds the same rules in Python (mark_probability,
- * virtual_queue_step); testbed/plan/ecn_plan.py writes the config and reads the counters.
+ * virtual_queue_step, anchored_backlog); testbed/plan/ecn_plan.py lays out the maps.
  * Non-ECT packets are never dropped here: the real FIFO decides drops, this program only
  * marks and counts. The clsact egress hook runs before the root qdisc, so it sees every
  * packet offered to the port, including those the FIFO will drop.
+ *
+ * Anchoring. A model drained at the nominal rate is only as good as the shaper's timing: an
+ * HTB that drains slower (late timer wake-ups) or a class that is paused (PFC) leaves the
+ * real queue standing while the virtual one empties, and the error integrates for as long as
+ * the queue stays busy. So user space (testbed/apply/ecn_anchor.py) reads the real backlog of
+ * every marked port every few milliseconds and writes it into `ecn_anchor`, with the time of
+ * the reading, the port's `accepted_bytes` (below) read just before it, and a new `seq`. The
+ * first packet that finds a seq it has not applied replaces the virtual backlog by
+ *
+ *     anchored = max(0, anchor.backlog + (accepted_now - anchor.accepted)
+ *                       - rate * (now - anchor.time))          at most the FIFO's limit
+ *
+ * (bytes the FIFO accepted since the reading are added back, so packets that arrived between
+ * the kernel's reading and this packet are not lost), records how far the model was off
+ * (ecn_counters.anchor_*), restarts the drain clock at now and goes on as above. Between
+ * anchors the model interpolates. `accepted_bytes` counts the bytes the virtual FIFO took in
+ * (ecn_qdepth, updated under the port's lock: a plain aligned 64-bit store that user space
+ * reads without it). A port without an anchor entry, or whose entry has seq 0, is never
+ * anchored and behaves as a free-running model.
  *
  * Maps are pinned by name (tc puts them in /sys/fs/bpf/tc/globals/) and shared by every
  * interface the program is attached to, so each is keyed by the ifindex of the egress port
  * (root network namespace: ifindexes of other namespaces would collide). A port with no
  * config entry is passed through untouched and uncounted.
  *
- * Concurrency: two CPUs may transmit on the same port at once. The virtual queue (q and its
- * timestamp) is a read-modify-write, so it is updated under the per-port bpf_spin_lock in
- * its map value; max_queue_bytes is updated under the same lock. The other counters are
- * plain sums and use atomic adds. Helpers may not be called under the lock, so the clock
- * and the random number are read before taking it. The telemetry sample is written after
- * the lock with two plain 64-bit stores: a reader may pair a queue depth with the time of
- * a neighbouring packet, never a torn number.
+ * Concurrency: two CPUs may transmit on the same port at once. The virtual queue (q, its
+ * timestamp, the seq of the anchor applied last, the accepted bytes) is a read-modify-write,
+ * so it is updated under the per-port bpf_spin_lock in its map value; max_queue_bytes and the
+ * anchor counters are updated under the same lock. The other counters are plain sums and use
+ * atomic adds. The anchor is written by user space in place under its own element's lock
+ * (BPF_F_LOCK), and copied out here under that lock, before the port's lock is taken (one
+ * lock at a time): a torn anchor is never read. Helpers may not be called under a lock, so
+ * the map lookups, the clock and the random number come before either. The telemetry
+ * sample is written after the lock with two plain 64-bit stores: a reader may pair a queue
+ * depth with the time of a neighbouring packet, never a torn number.
  *
  * No CO-RE: the kernel has no /sys/kernel/btf/vmlinux, so only UAPI headers and plain
  * BTF-defined maps are used (iproute2 6.1 with libbpf loads them).
@@ -80,6 +102,18 @@ struct ecn_state {
 			    * here. The latest packet's bpf_ktime_get_ns() when the queue was
 			    * empty; while it is busy, less the time of the byte still draining,
 			    * so that fractions of a byte carry from packet to packet. */
+	__u64 anchor_seq;  /* seq of the last ecn_anchor applied (0: none yet) */
+};
+
+/* A reading of the port's real backlog, written by user space only (in place, under `lock`,
+ * with BPF_F_LOCK); testbed/plan/ecn_plan.py ANCHOR_LAYOUT. */
+struct ecn_anchor {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 backlog_bytes;  /* the port's real backlog (its whole HTB tree) */
+	__u64 time_ns;        /* when it was read (CLOCK_MONOTONIC, as bpf_ktime_get_ns) */
+	__u64 accepted_bytes; /* ecn_qdepth.accepted_bytes read just before the backlog */
+	__u64 seq;            /* new with every reading; 0: no reading */
 };
 
 /* Per-port counters since the entry was created (or reset by the testbed). */
@@ -92,12 +126,20 @@ struct ecn_counters {
 	__u64 not_ect_over;       /* non-ECT packets that found the backlog over the threshold */
 	__u64 fifo_drops;         /* packets the virtual FIFO had no room for */
 	__u64 max_queue_bytes;    /* peak virtual backlog */
+	/* Anchors applied, and the model's error at each (virtual backlog just before it,
+	 * less the anchored one): summed, summed absolute, and the largest absolute. */
+	__u64 anchors;
+	__s64 anchor_error_bytes;
+	__u64 anchor_abs_error_bytes;
+	__u64 anchor_max_abs_error_bytes;
 };
 
-/* Telemetry: the virtual backlog after the latest packet, and when. */
+/* Telemetry: the virtual backlog after the latest packet, and when; and every byte the
+ * virtual FIFO has accepted (what anchoring adds back after a reading). */
 struct ecn_qdepth {
 	__u64 queue_bytes;
 	__u64 time_ns;
+	__u64 accepted_bytes;
 };
 
 struct {
@@ -132,6 +174,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } ecn_qdepth SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ECN_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct ecn_anchor);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ecn_anchor SEC(".maps");
+
 /* The map value for `key`, created zeroed on first use. */
 static __always_inline void *lookup_or_init(void *map, __u32 *key, const void *zero)
 {
@@ -153,6 +203,23 @@ static __always_inline __u64 drained_bytes(__u64 rate_bytes_per_s, __u64 elapsed
 		secs = MAX_IDLE_S;
 	return secs * rate_bytes_per_s +
 	       (elapsed_ns % NSEC_PER_SEC) * rate_bytes_per_s / NSEC_PER_SEC;
+}
+
+/* The virtual backlog at `now` grounded in a reading of the real one (`a_*`, see the header),
+ * clamped to the FIFO's `limit` (so q stays under 2^32, which drained_bytes' caller relies
+ * on). Bytes accepted since the reading are added back; a reading stamped after `now` (user
+ * space wrote it after this packet read the clock) drains nothing. */
+static __always_inline __u64 anchored_backlog(__u64 a_backlog, __u64 a_time_ns,
+					      __u64 a_accepted, __u64 accepted_now, __u64 now,
+					      __u64 rate_bytes_per_s, __u64 limit)
+{
+	__u64 q = a_backlog, drained;
+
+	if (accepted_now > a_accepted)
+		q += accepted_now - a_accepted;
+	drained = drained_bytes(rate_bytes_per_s, now > a_time_ns ? now - a_time_ns : 0);
+	q = q > drained ? q - drained : 0;
+	return q < limit ? q : limit;
 }
 
 /* Whether an ECT packet that finds `backlog` bytes queued is marked; `rnd` is uniform. */
@@ -225,7 +292,10 @@ int ecn_marker(struct __sk_buff *skb)
 	struct ecn_state *st;
 	struct ecn_counters *ctr;
 	struct ecn_qdepth *sample;
-	__u64 now, backlog, queue, elapsed, drained;
+	struct ecn_anchor *anchor;
+	__u64 now, backlog, queue, elapsed, drained, anchored, abs_error;
+	__u64 a_backlog = 0, a_time = 0, a_accepted = 0, a_seq = 0;
+	__s64 error;
 	__u32 len = skb->len, rnd = 0;
 	__u8 word[2], old_tos, new_tos, ecn;
 	int dropped = 0, off;
@@ -238,9 +308,20 @@ int ecn_marker(struct __sk_buff *skb)
 	sample = lookup_or_init(&ecn_qdepth, &ifindex, &zero_sample);
 	if (!st || !ctr || !sample)
 		return TC_ACT_OK;
+	anchor = bpf_map_lookup_elem(&ecn_anchor, &ifindex); /* none: never anchored */
 	now = bpf_ktime_get_ns();
 	if (cfg->mode == ECN_MODE_RED)
 		rnd = bpf_get_prandom_u32();
+
+	if (anchor) {
+		/* the reading as one piece: user space writes it under the same lock */
+		bpf_spin_lock(&anchor->lock);
+		a_backlog = anchor->backlog_bytes;
+		a_time = anchor->time_ns;
+		a_accepted = anchor->accepted_bytes;
+		a_seq = anchor->seq;
+		bpf_spin_unlock(&anchor->lock);
+	}
 
 	bpf_spin_lock(&st->lock);
 	/* Another CPU may have stamped a later time after we read the clock: no drain then. */
@@ -254,11 +335,28 @@ int ecn_marker(struct __sk_buff *skb)
 		backlog = 0;
 		st->last_ns += elapsed;
 	}
+	if (a_seq && a_seq != st->anchor_seq) {
+		/* a new reading of the real queue: it replaces the model's backlog */
+		anchored = anchored_backlog(a_backlog, a_time, a_accepted, sample->accepted_bytes,
+					    now, cfg->rate_bytes_per_s, cfg->limit_bytes);
+		error = (__s64)backlog - (__s64)anchored; /* both under 2^32 */
+		abs_error = error < 0 ? -error : error;
+		ctr->anchors += 1;
+		ctr->anchor_error_bytes += error;
+		ctr->anchor_abs_error_bytes += abs_error;
+		if (abs_error > ctr->anchor_max_abs_error_bytes)
+			ctr->anchor_max_abs_error_bytes = abs_error;
+		st->anchor_seq = a_seq;
+		st->last_ns = now;
+		backlog = anchored;
+	}
 	queue = backlog;
-	if (backlog + len > cfg->limit_bytes)
+	if (backlog + len > cfg->limit_bytes) {
 		dropped = 1;
-	else
+	} else {
 		queue = backlog + len;
+		sample->accepted_bytes += len;
+	}
 	st->queue_bytes = queue;
 	if (queue > ctr->max_queue_bytes)
 		ctr->max_queue_bytes = queue;

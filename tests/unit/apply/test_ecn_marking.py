@@ -10,6 +10,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -39,6 +40,7 @@ from testbed.measure.counters import (
 )
 from testbed.measure.queues import (
     QueueSeries,
+    anchor_errors,
     depth_stats,
     depths_from_qdepth,
     ecn_report,
@@ -46,8 +48,21 @@ from testbed.measure.queues import (
     queue_sampling,
 )
 from testbed.model.topology import build
-from testbed.plan.ecn_plan import BPF_SOURCE, CONFIG_LAYOUT, MODE_OFF, MODE_STEP, unpack_value
+from testbed.plan.anchoring import ANCHOR_POLL_S
+from testbed.plan.ecn_plan import (
+    BPF_SOURCE,
+    CONFIG_LAYOUT,
+    COUNTERS_LAYOUT,
+    MAPS,
+    MODE_OFF,
+    MODE_STEP,
+    QDEPTH_LAYOUT,
+    layout_struct,
+    pack_value,
+    unpack_value,
+)
 from testbed.plan.port_queue import (
+    Impairment,
     Port,
     default_buffer_bytes,
     htb_burst_bytes,
@@ -288,12 +303,12 @@ def test_ebpf_plan_queues_each_port_once_with_the_marker_beside_its_buffer():
             f"qdisc replace dev {port.intf} clsact",
             f"filter replace dev {port.intf} egress prio 2 handle 1 bpf da obj {OBJ} "
             "sec classifier"]
-    # per port: zeroed state, counters and sample, then the config that switches it on
-    assert len(plan.bpftool) == 4 * len(plan.ports)
+    # per port: zeroed state, counters, sample and anchor, then the config that switches it on
+    assert len(plan.bpftool) == 5 * len(plan.ports)
     for i, port in enumerate(plan.ports):
-        group = plan.bpftool[4 * i:4 * i + 4]
+        group = plan.bpftool[5 * i:5 * i + 5]
         assert [argv[4].rsplit("/", 1)[1] for argv in group] == [
-            "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_config"]
+            "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_anchor", "ecn_config"]
         key = group[-1][group[-1].index("key") + 2:][:4]
         assert bytes(int(b, 16) for b in key) == port.ifindex.to_bytes(4, "little")
         start = group[-1].index("value") + 2
@@ -319,7 +334,7 @@ def test_a_queue_without_ecn_still_sizes_the_buffer_and_the_marker_only_counts()
     assert [line.split()[8:] for line in red.tc if " handle 10: " in line] == \
         [["bfifo", "limit", "90000"]] * len(red.ports)
     ebpf = fabric_plan("ebpf", queue)
-    config_argv = ebpf.bpftool[3]
+    config_argv = ebpf.bpftool[4]
     start = config_argv.index("value") + 2
     assert unpack_value(CONFIG_LAYOUT, bytes(int(b, 16) for b in config_argv[start:]))[
         "mode"] == MODE_OFF
@@ -490,24 +505,131 @@ def test_a_path_the_machine_cannot_take_is_refused_before_anything_runs(monkeypa
                              undecided)
 
 
-def test_counters_and_depths_are_read_per_port(marking, monkeypatch):
+class FakeMaps:
+    """The marker's pinned maps as the bpf system call reads and writes them
+    (testbed.apply.bpf_syscall.PinnedMap): {map name: {ifindex: value bytes}}."""
+
+    def __init__(self, entries: dict[str, dict[int, bytes]]):
+        self.entries = entries
+        self.opened: list[FakeMap] = []
+        self.writes: list[tuple[str, dict[int, bytes], int]] = []
+
+    def open(self, path, value_size: int) -> FakeMap:
+        name = str(path).rsplit("/", 1)[1]
+        assert value_size == layout_struct(MAPS[name]).size
+        self.opened.append(FakeMap(self, name))
+        return self.opened[-1]
+
+
+class FakeMap:
+    def __init__(self, maps: FakeMaps, name: str):
+        self.maps, self.name, self.closed = maps, name, False
+
+    def lookup_many(self, keys):
+        wanted = set(keys)
+        return {k: v for k, v in self.maps.entries.get(self.name, {}).items() if k in wanted}
+
+    def update_many(self, entries, flags=0):
+        self.maps.writes.append((self.name, dict(entries), flags))
+
+    def close(self):
+        self.closed = True
+
+
+def test_counters_and_depths_are_read_per_port_by_system_calls(marking, monkeypatch):
     mark, fake = marking
     mark.prepare(fabric_plan("ebpf", mark.queue).ports)
     l0_eth3 = next(p for p in mark.ports if p.intf == "l0-eth3")
     counters = {"packets": 900, "bytes": 10**6, "ect_packets": 800, "ce_marks": 120,
-                "ce_arrived": 0, "not_ect_over": 3, "fifo_drops": 2, "max_queue_bytes": 33_000}
-    value = [f"0x{b:02x}" for b in b"".join(v.to_bytes(8, "little") for v in counters.values())]
-    key = [f"0x{b:02x}" for b in l0_eth3.ifindex.to_bytes(4, "little")]
-    fake.answers = {  # keyed by an argument of the command that reads them
-        "/sys/fs/bpf/tc/globals/ecn_counters": json.dumps([{"key": key, "value": value}]),
-    }
+                "ce_arrived": 0, "not_ect_over": 3, "fifo_drops": 2, "max_queue_bytes": 33_000,
+                "anchors": 40, "anchor_error_bytes": -12_000, "anchor_abs_error_bytes": 20_000,
+                "anchor_max_abs_error_bytes": 3_000}
+    later = time.monotonic_ns() + 10**12  # a sample from the future: nothing drained yet
+    maps = FakeMaps({
+        "ecn_counters": {l0_eth3.ifindex: pack_value(COUNTERS_LAYOUT, counters)},
+        "ecn_qdepth": {l0_eth3.ifindex: pack_value(QDEPTH_LAYOUT, {
+            "queue_bytes": 9_000, "time_ns": later, "accepted_bytes": 5 * 10**6})}})
+    monkeypatch.setattr(apply, "PinnedMap", maps.open)
     monkeypatch.setattr(apply, "read_qdiscs", lambda: [
         {"kind": "bfifo", "handle": "10:", "dev": "l0-eth3", "packets": 880, "drops": 4,
          "backlog": 1500}])
     read = mark.counters()["l0-eth3"]
     assert (read["marks"], read["ect_packets"], read["max_queue_bytes"]) == (120, 800, 33_000)
     assert (read["virtual_fifo_drops"], read["fifo_drops"], read["sent_packets"]) == (2, 4, 880)
+    assert (read["anchors"], read["anchor_error_bytes"], read["anchor_abs_error_bytes"],
+            read["anchor_max_abs_error_bytes"]) == (40, -12_000, 20_000, 3_000)
     assert mark.counters()["l0-eth1"]["marks"] == 0
+    assert mark.queue_depths() == {p.intf: 9_000 if p is l0_eth3 else 0 for p in mark.ports}
+    assert fake.calls == []  # no bpftool process: system calls
+    assert [m.name for m in maps.opened] == ["ecn_counters", "ecn_qdepth"]  # each opened once
+    mark.reset_counters()
+    assert maps.writes == [("ecn_counters", {p.ifindex: bytes(len(pack_value(
+        COUNTERS_LAYOUT, {}))) for p in mark.ports}, 0)]
+    mark.remove()
+    assert all(m.closed for m in maps.opened)
+
+
+class FakeAgent:
+    """Stands in for AnchorAgentProcess: records the plan it was started with."""
+
+    started: list = []
+
+    def __init__(self, workdir, ledger, log):
+        self.workdir, self.stopped, self.proc = workdir, False, None
+
+    def start(self, plan, cpus=()):
+        FakeAgent.started.append((plan, tuple(cpus)))
+        self.proc = SimpleNamespace(pid=4242)
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc is not None else None
+
+    def stop(self):
+        self.stopped = True
+
+    def counters(self):
+        return {"polls": 10, "poll_gap_ms": {"count": 9, "p50": 2.0, "p99": 2.4, "max": 3.1}}
+
+    def alive(self):
+        return not self.stopped
+
+
+def test_anchoring_starts_where_ports_mark_by_ebpf_and_stops_with_the_marking(
+        fake, monkeypatch, tmp_path):
+    monkeypatch.setattr(apply, "AnchorAgentProcess", FakeAgent)
+    FakeAgent.started = []
+    fabric = three_hosts_one_leaf()
+    impaired = {"l0-eth3": Impairment(delay_ms=2.0)}
+    for queue, path, anchored in [(QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)), "ebpf", True),
+                                  (QueueConfig(BUFFER_BYTES), "ebpf", False),  # only counts
+                                  (QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)), "red-qdisc",
+                                   False)]:
+        mark = apply.EcnMarking(fabric, queue, saved_ledger(), path, log=lambda m: None,
+                                workdir=tmp_path)
+        mark.prepare(fabric_plan(path, queue).ports)
+        mark.start_anchoring([1], impaired)
+        assert (mark.anchor is not None) is anchored
+        assert mark.anchor_pids == ([4242] if anchored else [])
+        if anchored:
+            plan, cpus = FakeAgent.started[-1]
+            assert cpus == (1,) and plan.poll_s == ANCHOR_POLL_S
+            assert [p.intf for p in plan.ports] == [p.intf for p in mark.ports]
+            assert {p.intf: p.delay_ns for p in plan.ports}["l0-eth3"] == 2_000_000
+            assert mark.anchoring() == {**FakeAgent(None, None, None).counters(),
+                                        "running": True}
+            mark.remove()
+            assert mark.anchor.stopped and mark.anchoring()["running"] is False
+        else:
+            assert mark.anchoring() is None
+    assert len(FakeAgent.started) == 1
+
+
+def test_the_fabric_gives_the_marking_its_folder_for_the_anchor_agent(fake, tmp_path):
+    net = FabricNetwork(three_hosts_one_leaf(), tmp_path, saved_ledger(),
+                        queue=QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)), ecn_path="ebpf",
+                        log=lambda m: None)
+    assert net.marking.workdir == tmp_path
 
 
 # --- what a run reports -----------------------------------------------------------------------
@@ -549,6 +671,29 @@ def test_counters_over_a_window_and_their_totals():
     assert (totals["marks"], totals["ect_packets"], totals["fifo_drops"]) == (60, 800, 3)
     assert totals["max_queue_bytes"] == 33_000 and totals["ports_marking"] == 1
     assert totals["virtual_fifo_drops"] is None
+
+
+def test_the_anchoring_errors_over_a_window_per_port_and_in_all():
+    before = {"l0-eth3": {"anchors": 100, "anchor_error_bytes": 50_000,
+                          "anchor_abs_error_bytes": 90_000, "anchor_max_abs_error_bytes": 6_000}}
+    after = {"l0-eth3": {"anchors": 600, "anchor_error_bytes": -450_000,
+                         "anchor_abs_error_bytes": 1_590_000,
+                         "anchor_max_abs_error_bytes": 9_000},
+             "l0-eth1": {"anchors": 500, "anchor_error_bytes": 250_000,
+                         "anchor_abs_error_bytes": 250_000, "anchor_max_abs_error_bytes": 1_500},
+             "l0-eth2": {"anchors": 0, "anchor_error_bytes": 0, "anchor_abs_error_bytes": 0,
+                         "anchor_max_abs_error_bytes": 0}}
+    window = counter_delta(before, after)
+    errors = anchor_errors(window)
+    assert errors["ports"]["l0-eth3"] == {"anchors": 500, "mean_error_bytes": -1_000,
+                                          "mean_abs_error_bytes": 3_000,
+                                          "max_abs_error_bytes": 9_000}  # a peak, as read
+    assert set(errors["ports"]) == {"l0-eth3", "l0-eth1"}  # a port without anchors is left out
+    assert (errors["anchors"], errors["mean_error_bytes"], errors["mean_abs_error_bytes"],
+            errors["max_abs_error_bytes"]) == (1_000, -250, 1_750, 9_000)
+    totals = counter_totals(window)
+    assert (totals["anchors"], totals["anchor_max_abs_error_bytes"]) == (1_000, 9_000)
+    assert anchor_errors({"l0-eth3": {"anchors": None}}) is None  # the RED path
 
 
 def test_sampled_depths_drain_to_the_reading_time_and_give_percentiles():
@@ -605,6 +750,9 @@ class FakeMarking:
     def queue_depths(self):
         return {"l0-eth1": 0, "l0-eth3": 31_000}
 
+    def anchoring(self):
+        return {"polls": 25, "running": True}
+
 
 def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path):
     settings = ecn_settings({"scheme": "dctcp", "sample_ms": SAMPLE_INTERVAL_S * 1000},
@@ -624,6 +772,7 @@ def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path)
     assert depth["ports"]["l0-eth3"]["above_threshold_fraction"] == 1.0
     assert ecn["sampler_error"] is None
     assert ecn["samples"]["depth_bytes"]["l0-eth3"][0] == 31_000
+    assert ecn["anchoring"] == {"agent": {"polls": 25, "running": True}, "errors": None}
     path = plot_queue_depth(ecn["samples"], ecn, "r1 | spineleaf | 20 Mbit/s", tmp_path / "q.png")
     assert path.read_bytes().startswith(PNG_MAGIC)
 
@@ -636,6 +785,7 @@ def test_without_marking_the_run_has_no_ecn_part():
     settings = EcnSettings(QueueConfig(BUFFER_BYTES), None, None, 0.0)
     report = ecn_report(settings, "red-qdisc", {}, None)
     assert report["queue_depth"] is None and report["marking_starts_bytes"] is None
+    assert report["anchoring"] is None
 
 
 def test_doctor_says_which_ecn_path_this_machine_takes():

@@ -19,7 +19,6 @@ from scapy.layers.l2 import ARP, Ether
 
 from testbed.apply.netlink import QdiscBacklogs, rate_bytes_per_s, tbf_change_message
 from testbed.apply.network import host_script
-from testbed.apply.pfc_agent import _quantiles
 from testbed.apply.pfc_runtime import pfc_totals
 from testbed.controllers.routing.dragonfly import DRAGONFLY_MODES
 from testbed.controllers.routing.ecmp import MODES as ROUTING_MODES
@@ -776,13 +775,6 @@ def test_a_missing_queue_is_an_error_naming_it():
     backlogs = backlogs_with({(4, 0x23)}, [error_message(1, errno.ENOENT)])
     with pytest.raises(OSError, match="reading qdisc 23: on ifindex 4"):
         backlogs.read()
-
-
-def test_quantiles():
-    assert _quantiles([]) == {"count": 0}
-    values = [float(v) for v in range(1, 101)]
-    assert _quantiles(values) == {"count": 100, "p50": 51.0, "p99": 100.0, "max": 100.0}
-    assert _quantiles([2.5]) == {"count": 1, "p50": 2.5, "p99": 2.5, "max": 2.5}
 
 
 # --- the run's summary --------------------------------------------------------------------

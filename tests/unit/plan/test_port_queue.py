@@ -109,9 +109,9 @@ def test_ebpf_path_keeps_the_bfifo_and_attaches_the_marker_beside_it():
         "qdisc replace dev l0-eth3 parent 5:1 handle 10: bfifo limit 90000",
         *MARKER,
     ]
-    # zeroed state, counters and depth sample, then the config that switches the port on
+    # zeroed state, counters, depth sample and anchor, then the config that switches it on
     assert [argv[4].rsplit("/", 1)[1] for argv in plan.bpftool] == [
-        "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_config"]
+        "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_anchor", "ecn_config"]
     key = plan.bpftool[-1][plan.bpftool[-1].index("key") + 2:][:4]
     assert bytes(int(b, 16) for b in key) == struct.pack("=I", IFINDEX)
     assert config_of(plan.bpftool) == {"rate_bytes_per_s": 2_500_000, "limit_bytes": 90_000,

@@ -10,7 +10,8 @@ import shlex
 import shutil
 import struct
 import subprocess
-from dataclasses import astuple, fields
+import itertools
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 import pytest
@@ -36,15 +37,15 @@ from testbed.plan.ecn_plan import (
     compile_command,
     ebpf_config_commands,
     layout_struct,
-    map_dump_command,
     marker_config,
-    parse_map_dump,
+    pinned_map_paths,
     pmax_to_u32,
     queue_bytes_at,
     red_ewma_log,
     red_parameters,
     unpack_value,
 )
+from testbed.plan.bpf_maps import dump_command, parse_dump
 from testbed.plan.pfc_frames import (
     PFC_DST_MAC,
     parse_pfc_frame,
@@ -63,6 +64,7 @@ from testbed.plan.profiles import (
     RedEcn,
     StepEcn,
     TrafficClass,
+    anchored_backlog,
     mark_probability,
     virtual_queue_step,
 )
@@ -241,6 +243,31 @@ def test_a_busy_queue_carries_fractions_of_a_byte_from_packet_to_packet():
         assert 0 <= carried_ns < byte_ns  # less than a byte's time waits for the next packet
         gap_ns = 600_200 + carried_ns
     assert abs(queue - (40_000 - packets // 2)) <= 1
+
+
+RATE_20MBIT_BYTES_PER_S = 2_500_000  # 2.5 B/us: 1 ms drains 2500 B
+
+
+def test_an_anchor_adds_back_what_arrived_since_the_reading_and_drains_the_rest():
+    # read 40 KB at t = 1 s with 1 MB accepted so far; 3000 B accepted since; 1 ms later
+    assert anchored_backlog(40_000, 10**9, 10**6, 10**6 + 3_000, 10**9 + 10**6,
+                            RATE_20MBIT_BYTES_PER_S, 10**6) == 40_000 + 3_000 - 2_500
+    # at the reading's own time nothing has drained
+    assert anchored_backlog(40_000, 10**9, 10**6, 10**6, 10**9, RATE_20MBIT_BYTES_PER_S,
+                            10**6) == 40_000
+
+
+def test_an_anchor_never_goes_below_empty_nor_above_the_limit():
+    assert anchored_backlog(1_000, 0, 0, 500, 10**6, RATE_20MBIT_BYTES_PER_S, 10**6) == 0
+    assert anchored_backlog(90_000, 0, 0, 30_000, 0, RATE_20MBIT_BYTES_PER_S, 100_000) == 100_000
+
+
+def test_an_anchor_from_the_future_or_a_count_gone_backwards_adds_nothing():
+    # user space stamped the reading after the packet read its clock: no drain
+    assert anchored_backlog(8_000, 2_000_000, 0, 0, 1_000_000, RATE_20MBIT_BYTES_PER_S,
+                            10**6) == 8_000
+    # the marker's count below the reading's (its entry was recreated): nothing added back
+    assert anchored_backlog(8_000, 0, 5_000, 1_000, 0, RATE_20MBIT_BYTES_PER_S, 10**6) == 8_000
 
 
 # --- scaling from the anchors -----------------------------------------------------------------
@@ -471,14 +498,14 @@ def test_ebpf_plan_attaches_then_writes_the_port_entry_last():
     updates = plan.bpftool
     assert updates == ebpf_config_commands(42, marker_config(100, queue))
     assert [argv[4].rsplit("/", 1)[1] for argv in updates] == [
-        "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_config"]
+        "ecn_state", "ecn_counters", "ecn_qdepth", "ecn_anchor", "ecn_config"]
     for argv in updates:
         assert argv[:4] == ["bpftool", "map", "update", "pinned"]
         assert hex_after(argv, "key", 4) == struct.pack("=I", 42)
     config_argv = updates[-1]
     value = hex_after(config_argv, "value", layout_struct(CONFIG_LAYOUT).size)
     assert unpack_value(CONFIG_LAYOUT, value) == vars(marker_config(100, queue))
-    for argv in updates[:-1]:  # fresh state and counters: all zero
+    for argv in updates[:-1]:  # fresh state, counters, an anchor of seq 0 (none): all zero
         name = argv[4].rsplit("/", 1)[1]
         assert hex_after(argv, "value", layout_struct(MAPS[name]).size) == bytes(
             layout_struct(MAPS[name]).size)
@@ -527,16 +554,25 @@ def test_rates_the_marker_cannot_hold_are_refused():
         marker_config(40_000, QueueConfig(625_000))  # 5 GB/s overflows the 32-bit rate
 
 
-def test_parse_map_dump_reads_raw_bytes():
+def test_parse_dump_reads_raw_bytes_signed_fields_included():
     counters = dict.fromkeys((name for name, _ in COUNTERS_LAYOUT), 0)
-    counters.update(packets=1000, ce_marks=17, max_queue_bytes=45_000)
+    counters.update(packets=1000, ce_marks=17, max_queue_bytes=45_000, anchors=3,
+                    anchor_error_bytes=-4_500, anchor_abs_error_bytes=7_500)
     value = ecn_plan.pack_value(COUNTERS_LAYOUT, counters)
     dump = [{"key": [f"0x{b:02x}" for b in struct.pack("=I", 9)],
              "value": [f"0x{b:02x}" for b in value],
              "formatted": {"key": 9, "value": counters}}]
-    assert parse_map_dump("ecn_counters", json.dumps(dump)) == {9: counters}
-    assert parse_map_dump("ecn_counters", "") == {}
-    assert map_dump_command("ecn_counters")[-1] == "/sys/fs/bpf/tc/globals/ecn_counters"
+    assert parse_dump(COUNTERS_LAYOUT, json.dumps(dump)) == {9: counters}
+    assert parse_dump(COUNTERS_LAYOUT, "") == {}
+    assert dump_command("ecn_counters")[-1] == "/sys/fs/bpf/tc/globals/ecn_counters"
+
+
+def test_the_anchor_map_is_pinned_and_cleaned_with_the_others():
+    assert "/sys/fs/bpf/tc/globals/ecn_anchor" in map(str, pinned_map_paths())
+    assert [name for name, _ in MAPS["ecn_anchor"]] == [
+        "lock", "pad", "backlog_bytes", "time_ns", "accepted_bytes", "seq"]
+    assert MAPS["ecn_qdepth"][-1] == ("accepted_bytes", "Q")
+    assert MAPS["ecn_state"][-1] == ("anchor_seq", "Q")
 
 
 def test_queue_drains_between_samples():
@@ -660,6 +696,7 @@ static size_t value_size(void *map)
 	if (map == &ecn_config) return sizeof(struct ecn_config);
 	if (map == &ecn_state) return sizeof(struct ecn_state);
 	if (map == &ecn_counters) return sizeof(struct ecn_counters);
+	if (map == &ecn_anchor) return sizeof(struct ecn_anchor);
 	return sizeof(struct ecn_qdepth);
 }
 static struct slot *find(void *map, __u32 key)
@@ -718,9 +755,11 @@ static long bpf_l3_csum_replace(struct __sk_buff *skb, __u32 off, __u64 from, __
 	return 0;
 }
 
+/* Input: the config line, then one event a line: "P ifindex now len rnd frame-hex" a packet,
+ * "A ifindex backlog time accepted seq" an anchor written as user space writes it. */
 int main(void)
 {
-	char hex[600];
+	char hex[600], tag[2];
 	unsigned ifindex, wire_len;
 	struct ecn_config cfg = {0};
 	__u32 key;
@@ -730,9 +769,22 @@ int main(void)
 		  &cfg.pmax) != 8)
 		return 2;
 	bpf_map_update_elem(&ecn_config, &key, &cfg, BPF_ANY);
-	while (scanf("%u %llu %u %u %599s", &ifindex, (unsigned long long *)&now_ns, &wire_len,
-		     &rnd, hex) == 5) {
+	while (scanf("%1s", tag) == 1) {
 		struct __sk_buff skb = {0};
+		if (tag[0] == 'A') {
+			struct ecn_anchor a = {0};
+			if (scanf("%u %llu %llu %llu %llu", &ifindex,
+				  (unsigned long long *)&a.backlog_bytes,
+				  (unsigned long long *)&a.time_ns,
+				  (unsigned long long *)&a.accepted_bytes,
+				  (unsigned long long *)&a.seq) != 5)
+				return 5;
+			bpf_map_update_elem(&ecn_anchor, &ifindex, &a, BPF_ANY);
+			continue;
+		}
+		if (tag[0] != 'P' || scanf("%u %llu %u %u %599s", &ifindex,
+					   (unsigned long long *)&now_ns, &wire_len, &rnd, hex) != 5)
+			return 6;
 		pkt_len = strlen(hex) / 2;
 		for (unsigned i = 0; i < pkt_len; i++) sscanf(hex + 2 * i, "%2hhx", &pkt[i]);
 		skb.ifindex = ifindex;
@@ -743,10 +795,13 @@ int main(void)
 	}
 	struct ecn_counters *c = bpf_map_lookup_elem(&ecn_counters, &key);
 	struct ecn_qdepth *d = bpf_map_lookup_elem(&ecn_qdepth, &key);
-	if (!c || !d) return 4;
-	printf("%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
+	struct ecn_state *st = bpf_map_lookup_elem(&ecn_state, &key);
+	if (!c || !d || !st) return 4;
+	printf("%llu %llu %llu %llu %llu %llu %llu %llu %llu %lld %llu %llu %llu %llu %llu %llu\n",
 	       c->packets, c->bytes, c->ect_packets, c->ce_marks, c->ce_arrived, c->not_ect_over,
-	       c->fifo_drops, c->max_queue_bytes, d->queue_bytes, d->time_ns);
+	       c->fifo_drops, c->max_queue_bytes, c->anchors, (long long)c->anchor_error_bytes,
+	       c->anchor_abs_error_bytes, c->anchor_max_abs_error_bytes, d->queue_bytes,
+	       d->time_ns, d->accepted_bytes, st->anchor_seq);
 	return 0;
 }
 """
@@ -755,9 +810,62 @@ PORT = 7
 OTHER_PORT = 8  # no config entry: passed through, not counted
 LIMIT_BYTES = 30_000
 NATIVE_PACKETS = 600
+ANCHOR_EVERY = 37  # packets between two readings of the real queue
+# How far each reading is from the model's queue at the time, in turn: above and below it,
+# over the limit, below empty, equal.
+ANCHOR_OFFSETS = (9_000, -4_000, 40_000, -30_000, 0, 1_500, -700)
+FUTURE_ANCHOR_NS = 5_000
+BYTE_NS_50MBIT = 160  # a byte's time at 50 Mbit/s  # a reading stamped after the packet that applies it
 
 
-def run_native_marker(tmp_path: Path, config: MarkerConfig, packets: list[tuple]) -> list[str]:
+@dataclass(frozen=True)
+class Anchor:
+    """One write of ``struct ecn_anchor`` by user space."""
+
+    ifindex: int
+    backlog_bytes: int
+    time_ns: int
+    accepted_bytes: int
+    seq: int
+
+
+class MarkerMirror:
+    """One port of the marker by the Python rules (``virtual_queue_step``,
+    ``anchored_backlog``), packet by packet and anchor by anchor, as the C keeps it."""
+
+    def __init__(self, rate_bytes_per_s: int, limit_bytes: int):
+        self.rate, self.limit = rate_bytes_per_s, limit_bytes
+        self.queue = self.clock_ns = self.accepted = self.applied_seq = 0
+        self.anchor: Anchor | None = None  # the port's entry in ecn_anchor
+        self.errors: list[int] = []  # model - anchored, at every anchor applied
+
+    def write_anchor(self, anchor: Anchor) -> None:
+        if anchor.ifindex == PORT:
+            self.anchor = anchor
+
+    def packet(self, now: int, wire_len: int) -> tuple[int, bool]:
+        """The backlog the packet finds and whether the FIFO drops it."""
+        elapsed = now - self.clock_ns if now > self.clock_ns else 0
+        backlog, after, dropped, used_ns = virtual_queue_step(self.queue, elapsed, wire_len,
+                                                              self.rate, self.limit)
+        self.clock_ns += used_ns
+        a = self.anchor
+        if a is not None and a.seq and a.seq != self.applied_seq:
+            anchored = anchored_backlog(a.backlog_bytes, a.time_ns, a.accepted_bytes,
+                                        self.accepted, now, self.rate, self.limit)
+            self.errors.append(backlog - anchored)
+            self.applied_seq, self.clock_ns = a.seq, now
+            backlog, after, dropped, _ = virtual_queue_step(anchored, 0, wire_len, self.rate,
+                                                            self.limit)
+        self.queue = after
+        if not dropped:
+            self.accepted += wire_len
+        return backlog, dropped
+
+
+def run_native_marker(tmp_path: Path, config: MarkerConfig, events: list) -> list[str]:
+    """Run the marker's C over ``events`` (packet tuples and ``Anchor`` writes); one output
+    line per packet (its frame after the marker), then the port's totals."""
     require_tool("clang")
     harness = tmp_path / "harness.c"
     harness.write_text(NATIVE_HARNESS.replace("ECN_MARKER_C", str(BPF_SOURCE)))
@@ -765,20 +873,71 @@ def run_native_marker(tmp_path: Path, config: MarkerConfig, packets: list[tuple]
     out = run_tool(["clang", "-O1", "-o", str(binary), str(harness)])
     assert out.returncode == 0, out.stderr
     lines = [f"{PORT} " + " ".join(str(v) for v in astuple(config))]
-    lines += [f"{ifindex} {now} {wire_len} {rnd} {frame.hex()}"
-              for ifindex, now, wire_len, rnd, frame in packets]
+    for event in events:
+        if isinstance(event, Anchor):
+            lines.append("A " + " ".join(str(v) for v in astuple(event)))
+        else:
+            ifindex, now, wire_len, rnd, frame = event
+            lines.append(f"P {ifindex} {now} {wire_len} {rnd} {frame.hex()}")
     out = run_tool([str(binary)], input="\n".join(lines) + "\n")
     assert out.returncode == 0, out.stderr
     return out.stdout.split("\n")[:-1]
 
 
+def with_anchors(packets: list[tuple], config: MarkerConfig, seed: int) -> list:
+    """``packets`` with a reading of the real queue written every ``ANCHOR_EVERY`` packets,
+    as the anchor agent writes them: stamped between two packets, counting the accepted
+    bytes of a packet or two before, with a backlog off the model's by ``ANCHOR_OFFSETS``.
+    Now and then a reading from the future, one whose accepted count is ahead of the
+    marker's, a reading for a port without a config, and the same seq written again with
+    other values (ignored once applied); after the last packet one more reading that no
+    packet applies."""
+    rng = random.Random(seed)
+    mirror = MarkerMirror(config.rate_bytes_per_s, config.limit_bytes)
+    offsets = itertools.cycle(ANCHOR_OFFSETS)
+    accepted_after: list[int] = [0]  # the port's accepted bytes after each of its packets
+    events: list = []
+    seq, last_ns = 0, packets[0][1]
+
+    def write(anchor: Anchor) -> None:
+        events.append(anchor)
+        mirror.write_anchor(anchor)
+
+    for i, packet in enumerate(packets):
+        ifindex, now, wire_len, _, _ = packet
+        if i and i % ANCHOR_EVERY == 0:
+            seq += 1
+            n = i // ANCHOR_EVERY
+            stale = rng.choice([0, 0, 1, 2])
+            accepted = accepted_after[max(0, len(accepted_after) - 1 - stale)]
+            time_ns = last_ns + (now - last_ns) // 2
+            if n % 7 == 3:
+                time_ns = now + FUTURE_ANCHOR_NS
+            if n % 11 == 5:
+                accepted = mirror.accepted + 10_000
+            write(Anchor(PORT, max(0, mirror.queue + next(offsets)), time_ns, accepted, seq))
+            if n % 5 == 2:
+                write(Anchor(OTHER_PORT, 20_000, time_ns, 0, seq))
+        if i % ANCHOR_EVERY == 2 and seq and mirror.applied_seq == seq:
+            write(Anchor(PORT, mirror.queue + 7_000, now, mirror.accepted, seq))  # same seq
+        events.append(packet)
+        if ifindex == PORT:
+            mirror.packet(now, wire_len)
+            accepted_after.append(mirror.accepted)
+        last_ns = now
+    write(Anchor(PORT, 12_345, last_ns + 1, mirror.accepted, seq + 1))
+    return events
+
+
 def make_packets(seed: int) -> list[tuple]:
-    """Bursts faster than the link alternating with idle gaps; every ECN codepoint, a VLAN
-    tag now and then, some ARP, and some packets for a port without a config."""
+    """Bursts faster than the link alternating with idle gaps, at times off the byte grid;
+    every ECN codepoint, a VLAN tag now and then, some ARP, and some packets for a port
+    without a config."""
     rng = random.Random(seed)
     packets, now = [], 1_000_000_000
     for i in range(NATIVE_PACKETS):
         now += rng.choice([20_000, 60_000, 120_000, 240_000, 2_000_000 if i % 50 == 0 else 40_000])
+        now += rng.randrange(BYTE_NS_50MBIT)  # so that fractions of a byte carry
         wire_len = rng.choice([66, 590, 1514])
         kind = rng.random()
         if kind < 0.05:
@@ -804,23 +963,27 @@ def raw_with_checksum_recomputed(ip: IP) -> bytes:
     (None, 4)])
 def test_native_marker_follows_the_python_rules(tmp_path, ecn, seed):
     config = marker_config(50, QueueConfig(LIMIT_BYTES, ecn))
-    rate = config.rate_bytes_per_s
     packets = make_packets(seed)
-    output = run_native_marker(tmp_path, config, packets)
+    events = with_anchors(packets, config, seed)
+    output = run_native_marker(tmp_path, config, events)
     frames, totals = output[:-1], [int(v) for v in output[-1].split()]
     assert len(frames) == len(packets)
 
     expected = dict.fromkeys((name for name, _ in COUNTERS_LAYOUT), 0)
-    queue = clock_ns = last_ns = 0
-    for (ifindex, now, wire_len, rnd, sent), received in zip(packets, frames):
-        after = bytes.fromhex(received)
+    mirror = MarkerMirror(config.rate_bytes_per_s, LIMIT_BYTES)
+    last_ns = 0
+    received_frames = iter(frames)
+    for event in events:
+        if isinstance(event, Anchor):
+            mirror.write_anchor(event)
+            continue
+        ifindex, now, wire_len, rnd, sent = event
+        after = bytes.fromhex(next(received_frames))
         if ifindex != PORT:
             assert after == sent
             continue
-        elapsed = now - clock_ns if now > clock_ns else 0
-        backlog, queue, dropped, used_ns = virtual_queue_step(queue, elapsed, wire_len, rate,
-                                                              LIMIT_BYTES)
-        clock_ns += used_ns
+        backlog, dropped = mirror.packet(now, wire_len)
+        queue = mirror.queue
         last_ns = now
         expected["packets"] += 1
         expected["bytes"] += wire_len
@@ -843,7 +1006,16 @@ def test_native_marker_follows_the_python_rules(tmp_path, ecn, seed):
         assert out_ip.tos == (frame[IP].tos | 3 if marked else frame[IP].tos)
         assert raw_with_checksum_recomputed(out_ip) == bytes(out_ip), "IPv4 checksum is stale"
         assert bytes(out_ip.payload) == bytes(frame[IP].payload)
-    assert totals[:8] == [expected[name] for name, _ in COUNTERS_LAYOUT]
-    assert totals[8:] == [queue, last_ns]  # the telemetry sample
+    errors = mirror.errors
+    expected.update(anchors=len(errors), anchor_error_bytes=sum(errors),
+                    anchor_abs_error_bytes=sum(map(abs, errors)),
+                    anchor_max_abs_error_bytes=max(map(abs, errors)))
+    assert totals[:12] == [expected[name] for name, _ in COUNTERS_LAYOUT]
+    # the telemetry sample, the bytes accepted, and the last anchor applied: not the one
+    # written after the last packet
+    assert totals[12:] == [queue, last_ns, mirror.accepted, mirror.applied_seq]
+    written = [e.seq for e in events if isinstance(e, Anchor)]
+    assert mirror.applied_seq == max(written) - 1
+    assert min(errors) < 0 < max(errors)  # readings above and below the model were applied
     if ecn is not None:
         assert expected["ce_marks"] > 0 and expected["fifo_drops"] > 0  # the run exercised both

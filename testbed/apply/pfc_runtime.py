@@ -71,33 +71,9 @@ class PauseAgentProcess(AgentProcess):
                  f"switch ports every {self.plan.poll_s * 1000:g} ms ({thresholds})"
                  + (f", on CPU {','.join(map(str, cpus))} with the hosts" if cpus else ""))
 
-<<<<<<< HEAD
-    def _log_tail(self) -> str:
-        try:
-            return (self.workdir / LOG_FILE).read_text().strip()[-400:]
-        except OSError:
-            return "no log"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        """Stop the agent (it writes its final counters on the way out)."""
-        stop_process(self.proc, STOP_TIMEOUT_S)
-
-    def counters(self) -> dict:
-        try:
-            return json.loads((self.workdir / COUNTERS_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-
     def paused_spans(self, t0_monotonic: float,
                      t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
         """When each interface's lossless class was paused within the interval, from the
-=======
-    def paused_s(self, t0_monotonic: float, t1_monotonic: float) -> dict[str, float]:
-        """Seconds each interface's lossless class was paused within the interval, from the
->>>>>>> ecn
         agent's events (written every ``SNAPSHOT_S``, so the last fraction of a second may
         not be in yet; a pause still open at the end counts up to it)."""
         try:

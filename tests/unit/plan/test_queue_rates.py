@@ -255,7 +255,7 @@ class StandInNet:
     def marker_backlogs(self):
         return {}
 
-    def paused_s(self, t0, t1):
+    def paused_spans(self, t0, t1):
         return {}
 
 
@@ -269,6 +269,7 @@ def test_the_verdict_judges_each_marked_port_by_the_thresholds_of_its_rate():
     series.t_s = [0.0, 1.0]
     series.link_bytes = {label: [0, 0] for label in series.link_bytes}
     series.queue_t_s = [0.0, 1.0]
+    series.queue_index = [0, 1]
     series.backlog_bytes = {label: [0, 0] for label in labels}
     series.model_bytes = {label: [0, 0] for label in labels}
     _, marker = watch.queue_signals((0.0, 1.0))

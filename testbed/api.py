@@ -370,14 +370,14 @@ class Fabric:
         }
 
     def dump_flows(self, switch: str) -> list:
-        """A switch's flows as OVS holds them (testbed.measure.ovs_tables.FlowEntry)."""
-        from testbed.measure.ovs_tables import parse_flows
+        """A switch's flows as OVS holds them (testbed.system.ovs_tables.FlowEntry)."""
+        from testbed.system.ovs_tables import parse_flows
 
         return parse_flows(self.attached().dump_flows(switch))
 
     def dump_groups(self, switch: str) -> list:
-        """A switch's groups as OVS holds them (testbed.measure.ovs_tables.GroupEntry)."""
-        from testbed.measure.ovs_tables import parse_groups
+        """A switch's groups as OVS holds them (testbed.system.ovs_tables.GroupEntry)."""
+        from testbed.system.ovs_tables import parse_groups
 
         return parse_groups(self.attached().dump_groups(switch))
 

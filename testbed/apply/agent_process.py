@@ -26,8 +26,9 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from testbed.apply.state import Ledger, stop_process
+from testbed.apply.state import Ledger
 from testbed.errors import TestbedError
+from testbed.system.process import stop_process
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0

@@ -7,7 +7,7 @@ every packet queued under it, in the one buffer or any class queue, a paused los
 included; under netem it is netem's child, so packets in netem's delay line are not counted).
 Switch ends live in the root namespace, host NICs in their hosts' namespaces: one rtnetlink
 socket per namespace, each asked for its ports' qdiscs in one batch of requests
-(``testbed.apply.netlink.QdiscBacklogs``). Ports are named by the link direction they send on
+(``testbed.system.netlink.QdiscBacklogs``). Ports are named by the link direction they send on
 (``src->dst``, as ``testbed.measure.telemetry`` labels the byte counters), so the verdict
 joins a port's backlog with its delivery and its rate without knowing interfaces.
 """
@@ -17,10 +17,10 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from testbed.apply.netlink import QdiscBacklogs
-from testbed.apply.pfc_agent import in_netns
 from testbed.model.topology.base import Fabric
 from testbed.plan.port_queue import Handles
+from testbed.system.netlink import QdiscBacklogs
+from testbed.system.netns import in_netns
 
 
 @dataclass(frozen=True)

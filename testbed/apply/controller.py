@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.apply.state import stop_process
 from testbed.controllers.apps.config import DEFAULT_PORT_STATS_INTERVAL_S
 from testbed.errors import TestbedError
 from testbed.model.records import (
@@ -25,6 +24,7 @@ from testbed.model.records import (
     PORT_STATS_FILE,
     WIRING_FILE,
 )
+from testbed.system.process import stop_process
 
 LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653

@@ -39,10 +39,10 @@ from testbed.apply.agent_process import (
     write_json,
 )
 from testbed.apply.bpf_syscall import BPF_F_LOCK, PinnedMap
-from testbed.apply.netlink import QdiscBacklogs
 from testbed.plan.anchoring import FIRST_SEQ, AnchorPlan, accepted_bytes, anchor_values
 from testbed.plan.bpf_maps import layout_struct
 from testbed.plan.ecn_plan import ANCHOR_LAYOUT, QDEPTH_LAYOUT
+from testbed.system.netlink import QdiscBacklogs
 
 PLAN_FILE = "ecn-anchor-plan.json"
 LOG_FILE = "ecn-anchor.log"

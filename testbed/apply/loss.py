@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from testbed.apply.marking import build_object, read_ifindex, run_tool
+from testbed.apply.marking import build_object, read_ifindex
 from testbed.apply.state import Ledger, remove_pins
 from testbed.plan.bpf_maps import dump_command, parse_dump, pin_path
 from testbed.plan.ecn_plan import batch_input
@@ -20,6 +20,7 @@ from testbed.plan.loss_plan import (
     cache_object,
     config_commands,
 )
+from testbed.system.process import run_tool
 
 
 class LinkLoss:

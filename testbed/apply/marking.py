@@ -24,11 +24,9 @@ it to this machine.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from testbed.apply.agent_process import AgentProcess
@@ -36,13 +34,6 @@ from testbed.apply.bpf_syscall import PinnedMap
 from testbed.apply.ecn_anchor import COUNTERS_FILE, LOG_FILE, PLAN_FILE, READY_FILE
 from testbed.apply.state import Ledger, remove_pins
 from testbed.errors import ConfigError, TestbedError
-from testbed.measure.counters import (
-    buffer_stats,
-    counter_delta,
-    port_counters,
-    read_qdiscs,
-)
-from testbed.measure.queues import depths_from_qdepth, ecn_report, queue_sampling
 from testbed.model.topology.base import Fabric
 from testbed.plan.anchoring import AnchorPlan, anchor_plan
 from testbed.plan.ecn_plan import (
@@ -60,12 +51,10 @@ from testbed.plan.ecn_plan import (
     pinned_map_paths,
     unpack_value,
 )
-from testbed.plan.port_queue import Impairment, Port
+from testbed.plan.port_queue import Impairment, Port, depths_from_qdepth
 from testbed.plan.profiles import QueueConfig
-from testbed.plan.settings import EcnSettings
-
-TOOL_TIMEOUT_S = 120
-
+from testbed.system.counters import buffer_stats, port_counters, read_qdiscs
+from testbed.system.process import run_tool
 
 def object_is_current(obj: Path = BPF_OBJECT, source: Path = BPF_SOURCE) -> bool:
     """Whether the marker object exists and is no older than its source (make's rule)."""
@@ -87,15 +76,6 @@ def build_object(obj: Path = BPF_OBJECT, source: Path = BPF_SOURCE) -> bool:
     obj.parent.mkdir(parents=True, exist_ok=True)
     run_tool(compile_command(source, obj), what="clang could not build the ECN marker")
     return True
-
-
-def run_tool(argv: Sequence[str], stdin: str | None = None, what: str = "") -> str:
-    """Run one tool (tc, bpftool, clang) to completion; its stdout, or a one-line error."""
-    out = subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
-                         timeout=TOOL_TIMEOUT_S)
-    if out.returncode != 0:
-        raise TestbedError(f"{what or argv[0] + ' failed'}: {out.stderr.strip()[-300:]}")
-    return out.stdout
 
 
 def read_ifindex(intf: str) -> int:
@@ -220,7 +200,7 @@ class EcnMarking:
         return buffer_stats(read_qdiscs(), self.queue)
 
     def counters(self) -> dict[str, dict]:
-        """Every port's counters since the marking was applied (testbed.measure.counters)."""
+        """Every port's counters since the marking was applied (testbed.system.counters)."""
         buffers = self._buffers()
         marker = self._marker_read("ecn_counters") if self.path == ECN_PATH_EBPF else None
         return port_counters(self.ports, marker, buffers)
@@ -257,23 +237,3 @@ class EcnMarking:
             self._maps = {}
         if self._pins_claimed:
             remove_pins([str(path) for path in pinned_map_paths()])
-
-
-@contextmanager
-def ecn_monitoring(marking: EcnMarking | None, settings: EcnSettings | None,
-                   result: dict) -> Iterator[None]:
-    """Sample queue depths while the block runs; when it ends, put the ECN report (counters
-    over the block, depth statistics, queue, path, scaling record) in ``result["ecn"]``.
-    Without marking it does nothing."""
-    if marking is None or settings is None:
-        yield
-        return
-    before = marking.counters()
-    sampling = (queue_sampling(marking.queue_depths, [p.intf for p in marking.ports],
-                               settings.sample_ms / 1000) if settings.sample_ms > 0
-                else nullcontext())
-    with sampling as series:
-        yield
-    counters = counter_delta(before, marking.counters())
-    result["ecn"] = ecn_report(settings, marking.path, counters, series, marking.anchoring())
-

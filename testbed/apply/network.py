@@ -42,7 +42,7 @@ from testbed.apply import ovs
 from testbed.apply.backlogs import PortBacklogs, shaped_ports
 from testbed.apply.controller import ControllerProcess
 from testbed.apply.loss import LinkLoss
-from testbed.apply.marking import EcnMarking, machine_ecn_path, read_ifindex, run_tool
+from testbed.apply.marking import EcnMarking, machine_ecn_path, read_ifindex
 from testbed.apply.modules import fabric_modules, load_modules
 from testbed.apply.pfc_runtime import PauseAgentProcess, pfc_totals
 from testbed.apply.state import (
@@ -55,7 +55,6 @@ from testbed.apply.state import (
 )
 from testbed.capabilities import ECN_PATH_RED
 from testbed.errors import TestbedError
-from testbed.measure import counters
 from testbed.model.topology.base import Fabric, Link
 from testbed.plan.loss_plan import Cut, Loss
 from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size buffers with it
@@ -69,6 +68,8 @@ from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size 
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import SYSCTL_TCP_CC, queue_record, sysctl_lines
 from testbed.plan.shards import CpuLayout, cpu_layout, partition, shard_count
+from testbed.system import counters
+from testbed.system.process import run_tool
 
 OFFLOADS_OFF = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 OVS_TIMEOUT_S = 120

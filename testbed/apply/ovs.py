@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.errors import TestbedError
-from testbed.measure.ovs_tables import parse_vsctl_json
+from testbed.system.ovs_tables import parse_vsctl_json
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 VSWITCHD_PIDFILE = "/var/run/openvswitch/ovs-vswitchd.pid"

@@ -11,7 +11,7 @@ Two threads, the two sides of ``testbed.plan.pfc``:
 - the **listener** reads the frames that arrive on every interface that obeys pauses
   (switch ports in the root namespace, host NICs in their hosts' namespaces), decodes them
   with scapy and pauses or resumes the class's queue there (a tbf whose rate it changes,
-  ``testbed.plan.port_queue``; over ``testbed.apply.netlink``), and resumes it when the
+  ``testbed.plan.port_queue``; over ``testbed.system.netlink``), and resumes it when the
   quanta run out.
 
 Resuming needs a kick. While paused, the tbf's next send is due seconds away (a packet at
@@ -30,7 +30,6 @@ totals, rewritten every ``SNAPSHOT_S`` and at exit; ``testbed.apply.pfc_runtime`
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -48,7 +47,6 @@ from testbed.apply.agent_process import (
     stop_on_signals,
     write_json,
 )
-from testbed.apply.netlink import QdiscBacklogs, QdiscChanger
 from testbed.plan.pfc import (
     PAUSE,
     RESUME,
@@ -67,6 +65,8 @@ from testbed.plan.pfc_frames import (
     xon_frame,
 )
 from testbed.plan.port_queue import Handles, paused_tbf, running_tbf
+from testbed.system.netlink import QdiscBacklogs, QdiscChanger
+from testbed.system.netns import in_netns
 
 EVENTS_FILE = "pfc-events.jsonl"
 QUEUES_FILE = "pfc-queues.jsonl"
@@ -77,39 +77,9 @@ SNAPSHOT_S = 0.2
 QUEUE_SAMPLE_S = 0.010
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
-CLONE_NEWNET = 0x40000000
 IDLE_WAKE_MS = 10
 SIOCGIFHWADDR = 0x8927
 SWITCH_INTERVAL_S = 0.0005  # let the listener in quickly while the watcher parses
-
-
-def in_netns(path: str | None, make):
-    """``make()`` run in the network namespace at ``path`` (None: this one): sockets keep
-    the namespace they were made in. setns affects only the calling thread, so a throwaway
-    thread enters it."""
-    if path is None:
-        return make()
-    result: dict = {}
-
-    def enter():
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                result["error"] = OSError(ctypes.get_errno(), f"setns {path}")
-                return
-            result["value"] = make()
-        except Exception as exc:  # handed to the caller's thread
-            result["error"] = exc
-        finally:
-            os.close(fd)
-
-    thread = threading.Thread(target=enter)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
 
 
 def packet_socket(intf: str) -> socket.socket:

@@ -1,6 +1,6 @@
 """PFC on a running fabric: starts the pause agent (``testbed.apply.pfc_agent``) once the
 class queues are in place, stops it by PID, and reads its results back as the run's ``pfc``
-summary (drops in the lossless queues are ``testbed.measure.counters.lossless_drops``).
+summary (drops in the lossless queues are ``testbed.system.counters.lossless_drops``).
 ``testbed.apply.network.FabricNetwork`` owns one when its queue has PFC thresholds.
 """
 from __future__ import annotations

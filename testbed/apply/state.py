@@ -194,18 +194,6 @@ def kill_processes(processes: dict[int, int], log=print) -> None:
         log(f"processes that would not die: {sorted(alive)}")
 
 
-def stop_process(proc: subprocess.Popen | None, timeout_s: float) -> None:
-    """End a child we started: SIGTERM, then SIGKILL if it has not exited in ``timeout_s``."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def restore_settings(settings: dict[str, str]) -> None:
     for path, value in settings.items():
         try:

@@ -23,8 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.errors import TestbedError
-from testbed.measure.capture import HostCapture
-from testbed.measure.capture import capture_argv as host_capture_argv
+from testbed.measure.capture import HostCapture, capture_argv as host_capture_argv
 
 HOST_MODULE = "testbed.traffic.roce.host"
 RXE_MODULE = "testbed.traffic.roce.rxe"
@@ -355,7 +354,7 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
     from contextlib import nullcontext
 
     from testbed.measure.backlog import PortBacklog
-    from testbed.measure.counters import counter_delta
+    from testbed.system.counters import counter_delta
     from testbed.measure.generators import GeneratorCpu
     from testbed.measure.pauses import counter_deltas
     from testbed.measure.queues import queue_sampling

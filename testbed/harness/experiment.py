@@ -116,8 +116,8 @@ class SetupRun:
 
     def queues(self, report: dict):
         """Count marks and drops at every port, and sample queue depths, while the block runs;
-        the report lands in ``report["ecn"]`` (testbed.apply.marking.ecn_monitoring)."""
-        from testbed.apply.marking import ecn_monitoring
+        the report lands in ``report["ecn"]`` (testbed.measure.queues.ecn_monitoring)."""
+        from testbed.measure.queues import ecn_monitoring
 
         return ecn_monitoring(self.net.marking, self.ecn, report)
 

@@ -9,7 +9,7 @@ from testbed.errors import TestbedError
 def check_groups(net, setup) -> dict:
     """Compare the select groups OVS holds with the ones the controller was to install."""
     from testbed.controllers.routing.fabric_state import AnycastService, FabricState
-    from testbed.measure.ovs_tables import parse_groups
+    from testbed.system.ovs_tables import parse_groups
 
     anycast = AnycastService.from_dict(setup.anycast) if setup.anycast is not None else None
     tables = FabricState(net.fabric, setup.routing, anycast).tables

@@ -89,7 +89,7 @@ def plural(count: int, noun: str) -> str:
 
 def group_lines(switch: str, text: str) -> list[str]:
     """``ovs-ofctl dump-groups`` output, one line a group: id, type and buckets."""
-    from testbed.measure.ovs_tables import parse_groups
+    from testbed.system.ovs_tables import parse_groups
 
     groups = parse_groups(text)
     return [f"{switch}: {plural(len(groups), 'group')}",
@@ -100,7 +100,7 @@ def group_lines(switch: str, text: str) -> list[str]:
 def flow_lines(switch: str, text: str) -> list[str]:
     """``ovs-ofctl dump-flows`` output, one line a flow: table, priority, counters, match
     and actions."""
-    from testbed.measure.ovs_tables import parse_flows
+    from testbed.system.ovs_tables import parse_flows
 
     flows = parse_flows(text)
     return [f"{switch}: {plural(len(flows), 'flow')}",

@@ -6,7 +6,7 @@ front of, so it marks on a virtual copy of the port's FIFO, and
 ``testbed.apply.marking.EcnMarking.queue_depths`` reports that copy. A claim about the queue
 itself reads the bfifo's own backlog: ``PortBacklog`` asks the kernel for exactly that qdisc
 (one RTM_GETQDISC with NLM_F_ECHO, answered with its statistics; the request and reply codec
-is ``testbed.apply.netlink.QdiscBacklogs``, which the pause agent reads its lossless
+is ``testbed.system.netlink.QdiscBacklogs``, which the pause agent reads its lossless
 queues with), so a sample costs a system call, not a process. ``backlog_divergence`` compares
 the two series sampled at the same instants.
 """
@@ -34,7 +34,7 @@ def handle_major(handle: str) -> int:
 
 
 def _netlink_reader(wanted: set[tuple[int, int]]):
-    from testbed.apply.netlink import QdiscBacklogs
+    from testbed.system.netlink import QdiscBacklogs
 
     return QdiscBacklogs(wanted)
 

@@ -10,8 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed.apply.state import stop_process
 from testbed.errors import TestbedError
+from testbed.system.process import stop_process
 
 LISTENING = "listening on"  # tcpdump's line once the capture is open
 START_TIMEOUT_S = 10.0

@@ -1,6 +1,6 @@
 """Queue depths of the marked switch ports, sampled every few milliseconds during a run (as
 mininet-tests/dctcp sampled at 10 ms), and the ``ecn`` part of a run's summary: the ports'
-counters over the run (``testbed.measure.counters``), depth statistics, path and queue, and
+counters over the run (``testbed.system.counters``), depth statistics, path and queue, and
 on the eBPF path how the marker's anchoring went (``anchor_errors`` and the anchor agent's
 record).
 
@@ -17,30 +17,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 
-# counter_delta and port_counters lived here before testbed.measure.counters; still importable.
-from testbed.measure.counters import counter_delta, counter_totals, port_counters  # noqa: F401
 from testbed.measure.stats import percentile
-from testbed.plan.ecn_plan import queue_bytes_at, rate_bytes_per_s
-from testbed.plan.port_queue import Port
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import EcnSettings, queue_record
+from testbed.system.counters import counter_delta, counter_totals
 
 PERCENTILES = (50, 90, 99)
 
 
 # --- queue depth ------------------------------------------------------------------------------
-
-
-def depths_from_qdepth(ports: Sequence[Port], samples: Mapping[int, Mapping[str, int]],
-                       now_ns: int) -> dict[str, int]:
-    """Every port's virtual backlog at ``now_ns`` (CLOCK_MONOTONIC) from the marker's
-    ``ecn_qdepth`` entries; a port that has seen no packet is empty."""
-    return {port.intf: (queue_bytes_at(samples[port.ifindex], rate_bytes_per_s(port.rate_mbit),
-                                       now_ns) if port.ifindex in samples else 0)
-            for port in ports}
 
 
 @dataclass
@@ -121,7 +109,7 @@ def queue_sampling(read: Callable[[], Mapping[str, int]], intfs: Sequence[str],
 def anchor_errors(counters: Mapping[str, Mapping]) -> dict | None:
     """How far the marker's model had strayed from the real queue each time an anchor came
     (testbed.plan.anchoring), per port and over all ports, from the ports' counters
-    (``testbed.measure.counters.port_counters``, over a window by ``counter_delta``): anchors
+    (``testbed.system.counters.port_counters``, over a window by ``counter_delta``): anchors
     applied, the mean error (model - real: above 0, the model had drained too little), the
     mean absolute error and the largest absolute error (since the counters began, as peaks
     are). None when no port counts anchors (the RED path, or nothing marked)."""
@@ -178,3 +166,22 @@ def marking_starts_bytes(queue: QueueConfig,
         return queue.ecn.start_bytes
     return {intf: queue.for_rate(port["rate_mbit"]).ecn.start_bytes
             for intf, port in counters.items()}
+
+
+@contextmanager
+def ecn_monitoring(marking, settings: EcnSettings | None,
+                   result: dict) -> Iterator[None]:
+    """Sample queue depths while the block runs; when it ends, put the ECN report (counters
+    over the block, depth statistics, queue, path, scaling record) in ``result["ecn"]``.
+    Without marking it does nothing."""
+    if marking is None or settings is None:
+        yield
+        return
+    before = marking.counters()
+    sampling = (queue_sampling(marking.queue_depths, [p.intf for p in marking.ports],
+                               settings.sample_ms / 1000) if settings.sample_ms > 0
+                else nullcontext())
+    with sampling as series:
+        yield
+    counters = counter_delta(before, marking.counters())
+    result["ecn"] = ecn_report(settings, marking.path, counters, series, marking.anchoring())

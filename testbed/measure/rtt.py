@@ -172,8 +172,8 @@ class RttProbe:
         NIC's rate."""
         import socket
 
-        from testbed.apply.netlink import QdiscBacklogs
-        from testbed.apply.pfc_agent import in_netns
+        from testbed.system.netlink import QdiscBacklogs
+        from testbed.system.netns import in_netns
         from testbed.measure.backlog import handle_major
 
         link, end = self.net.fabric.host_link(host)
@@ -188,9 +188,9 @@ class RttProbe:
         handle major) is."""
         import socket
 
-        from testbed.apply.netlink import QdiscBacklogs
+        from testbed.system.netlink import QdiscBacklogs
         from testbed.measure.backlog import handle_major
-        from testbed.measure.counters import read_qdiscs
+        from testbed.system.counters import read_qdiscs
 
         ports = {p for hop in self.hops for p in hop.ports}
         port_of = {(socket.if_nametoindex(q["dev"]), handle_major(q["handle"])): q["dev"]

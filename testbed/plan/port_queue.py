@@ -43,12 +43,12 @@ buffer holds at most the lost bytes fewer). The eBPF marker runs before the root
 a fixed delay its virtual FIFO sees the same arrivals shifted by the delay, so it finds the
 backlog the real queue will find; with jitter (netem reorders packets) or loss (it counts
 packets netem then drops) its backlog is an approximation. netem counts its child's drops
-as its own: ``testbed.measure.counters.impairment_drops`` takes them out.
+as its own: ``testbed.system.counters.impairment_drops`` takes them out.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +66,8 @@ from testbed.plan.ecn_plan import (
     check_ecn_path,
     ebpf_config_commands,
     marker_config,
+    queue_bytes_at,
+    rate_bytes_per_s,
     red_parameters,
 )
 from testbed.plan.profiles import DEFAULT_PRIORITY, PFC_CLASSES, QueueConfig, TrafficClass
@@ -451,6 +453,15 @@ class Port:
     intf: str
     ifindex: int
     rate_mbit: float
+
+
+def depths_from_qdepth(ports: Sequence[Port], samples: Mapping[int, Mapping[str, int]],
+                       now_ns: int) -> dict[str, int]:
+    """Every port's virtual backlog at ``now_ns`` (CLOCK_MONOTONIC) from the marker's
+    ``ecn_qdepth`` entries; a port that has seen no packet is empty."""
+    return {port.intf: (queue_bytes_at(samples[port.ifindex], rate_bytes_per_s(port.rate_mbit),
+                                       now_ns) if port.ifindex in samples else 0)
+            for port in ports}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from testbed.apply.network import FabricNetwork
 from testbed.apply.state import process_start_ticks
 from testbed.capabilities import detect, fabric_datapath
 from testbed.measure.backlog import PortBacklog
-from testbed.measure.counters import counter_delta
 from testbed.measure.queues import queue_sampling
 from testbed.measure.sockets import wait_listening
 from testbed.measure.stats import percentile
@@ -41,6 +40,7 @@ from testbed.plan.ecn_plan import ECN_PATH_EBPF, pinned_map_paths
 from testbed.plan.port_queue import default_buffer_bytes, htb_burst_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.settings import tcp_settings
+from testbed.system.counters import counter_delta
 
 pytestmark = pytest.mark.stock_kernel
 

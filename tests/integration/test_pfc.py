@@ -18,13 +18,13 @@ from scapy.utils import rdpcap
 
 from testbed.apply.network import FabricNetwork
 from testbed.drive.flows import wait_servers
-from testbed.measure.counters import read_host_qdiscs, read_qdiscs
 from testbed.model.topology import build
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.pfc_frames import PFC_ETHERTYPE
 from testbed.plan.port_queue import Handles
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.scaling import pfc_thresholds
+from testbed.system.counters import read_host_qdiscs, read_qdiscs
 
 RATE_MBIT = 20.0
 MTU = 1500

@@ -17,12 +17,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from testbed.apply.marking import read_ifindex, run_tool
+from testbed.apply.marking import read_ifindex
 from testbed.apply.network import FabricNetwork
 from testbed.apply.pfc_runtime import PLAN_FILE
 from testbed.harness.plans import queue_plan
 from testbed.harness.scenario import QueueSpec
-from testbed.measure.counters import read_qdiscs
 from testbed.model.topology import build
 from testbed.plan.ecn_plan import (
     ECN_PATH_EBPF,
@@ -33,6 +32,8 @@ from testbed.plan.ecn_plan import (
 )
 from testbed.plan.port_queue import Handles
 from testbed.plan.profiles import DEFAULT_PRIORITY
+from testbed.system.counters import read_qdiscs
+from testbed.system.process import run_tool
 
 HOST_RATE_MBIT = 20.0
 UPLINK_RATE_MBIT = 4 * HOST_RATE_MBIT

@@ -211,8 +211,9 @@ class Dctcp(Experiment):
         every 0.25 s, and the port's counters around it."""
         from testbed.drive.flows import SERVER_START_S, run_flows
         from testbed.measure.backlog import PortBacklog, backlog_divergence
-        from testbed.measure.queues import counter_delta, queue_sampling
+        from testbed.measure.queues import queue_sampling
         from testbed.measure.stats import jain_index
+        from testbed.system.counters import counter_delta
 
         p = self.params
         net, setup = run.net, run.setup

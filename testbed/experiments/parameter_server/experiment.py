@@ -34,10 +34,10 @@ from testbed.harness.experiment import (
 )
 from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
 from testbed.harness.scenario import Problem
-from testbed.measure.counters import port_queue_drops, read_qdiscs
 from testbed.model.verdict import at_least, holds, near
 from testbed.plan.port_queue import Handles
 from testbed.plan.training import cost_links, place_hosts
+from testbed.system.counters import port_queue_drops, read_qdiscs
 from testbed.traffic.training.parameter_server import ASYNC, BSP
 
 from testbed.experiments.parameter_server.backlog import BacklogSampler, backlog_stats

@@ -31,18 +31,11 @@ from testbed.capabilities import (
 from testbed.errors import ConfigError
 from testbed.harness.plots import plot_queue_depth
 from testbed.harness.scenario import load
-from testbed.measure.counters import (
-    buffer_stats,
-    counter_delta,
-    counter_totals,
-    parse_qdiscs,
-    port_counters,
-)
 from testbed.measure.queues import (
     QueueSeries,
     anchor_errors,
     depth_stats,
-    depths_from_qdepth,
+    ecn_monitoring,
     ecn_report,
     percentile,
     queue_sampling,
@@ -65,6 +58,7 @@ from testbed.plan.port_queue import (
     Impairment,
     Port,
     default_buffer_bytes,
+    depths_from_qdepth,
     htb_burst_bytes,
     switch_queue_plan,
 )
@@ -75,6 +69,13 @@ from testbed.plan.settings import (
     queue_record,
     sysctl_lines,
     tcp_settings,
+)
+from testbed.system.counters import (
+    buffer_stats,
+    counter_delta,
+    counter_totals,
+    parse_qdiscs,
+    port_counters,
 )
 
 RATE_MBIT = 20.0
@@ -758,7 +759,7 @@ def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path)
     settings = ecn_settings({"scheme": "dctcp", "sample_ms": SAMPLE_INTERVAL_S * 1000},
                             RATE_MBIT, MTU, BUFFER_BYTES)
     result: dict = {}
-    with apply.ecn_monitoring(FakeMarking(), settings, result):
+    with ecn_monitoring(FakeMarking(), settings, result):
         time.sleep(SAMPLING_WINDOW_S)
     ecn = result["ecn"]
     assert ecn["path"] == "ebpf"
@@ -779,7 +780,7 @@ def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path)
 
 def test_without_marking_the_run_has_no_ecn_part():
     result: dict = {}
-    with apply.ecn_monitoring(None, None, result):
+    with ecn_monitoring(None, None, result):
         pass
     assert result == {}
     settings = EcnSettings(QueueConfig(BUFFER_BYTES), None, None, 0.0)

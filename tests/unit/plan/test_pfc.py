@@ -17,7 +17,7 @@ from scapy.contrib.mac_control import MACControlPause
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from testbed.apply.netlink import QdiscBacklogs, rate_bytes_per_s, tbf_change_message
+from testbed.system.netlink import QdiscBacklogs, rate_bytes_per_s, tbf_change_message
 from testbed.apply.network import host_script
 from testbed.apply.pfc_runtime import pfc_totals
 from testbed.controllers.routing.dragonfly import DRAGONFLY_MODES
@@ -26,7 +26,7 @@ from testbed.errors import ConfigError
 from testbed.model import topology
 from testbed.model.topology.base import AGGREGATION, CORE, EDGE, Fabric, intf_name
 from testbed.model.topology.fattree import fat_tree
-from testbed.measure.counters import lossless_drops, parse_qdiscs, queue_drops
+from testbed.system.counters import lossless_drops, parse_qdiscs, queue_drops
 from testbed.plan import scaling
 from testbed.plan.pfc import (
     PAUSE,

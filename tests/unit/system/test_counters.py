@@ -1,10 +1,11 @@
-"""The queues' and switch ports' counters (testbed.measure.counters) from hand-written
+"""The queues' and switch ports' counters (testbed.system.counters) from hand-written
 ``tc -s -j qdisc show`` output and a fake /sys tree. No root, no tc."""
 from __future__ import annotations
 
 import json
 
-from testbed.measure.counters import (
+from testbed.plan.profiles import PfcConfig, QueueConfig, StepEcn
+from testbed.system.counters import (
     buffer_stats,
     impairment_drops,
     lossless_drops,
@@ -15,7 +16,6 @@ from testbed.measure.counters import (
     read_interface_counters,
     switch_totals,
 )
-from testbed.plan.profiles import PfcConfig, QueueConfig, StepEcn
 
 BUFFER_BYTES = 125_000
 PFC_QUEUE = QueueConfig(BUFFER_BYTES, StepEcn(30_000),

@@ -1,4 +1,4 @@
-"""Rows of OVS's database from ``ovs-vsctl --format=json`` output (testbed.measure.ovs_tables),
+"""Rows of OVS's database from ``ovs-vsctl --format=json`` output (testbed.system.ovs_tables),
 and the machine's bridges read that way (testbed.apply.ovs), with ovs-vsctl faked."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from testbed.apply import ovs
-from testbed.measure.ovs_tables import ovsdb_value, parse_vsctl_json
+from testbed.system.ovs_tables import ovsdb_value, parse_vsctl_json
 
 
 def test_ovsdb_values_become_plain_data():

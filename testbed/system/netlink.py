@@ -8,7 +8,7 @@ there, pyroute2 0.9.7 takes about 32 us to parse one qdisc reply and read its ba
 for the 80 lossless queues of a k=4 fat-tree, more than the 2 ms poll it was written for;
 this codec, which reads only as far as the backlog, takes about 1.1 us a reply (0.09 ms for
 the 80). Everything
-else that reads qdiscs dumps them with one ``tc -s -j`` process (``testbed.measure.counters``).
+else that reads qdiscs dumps them with one ``tc -s -j`` process (``testbed.system.counters``).
 """
 from __future__ import annotations
 

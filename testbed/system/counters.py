@@ -15,7 +15,7 @@ or so qdiscs of a k=4 fat-tree's switch ports, 84-89 ms for 1000), while one ``t
 process costs 2-9 ms (fastest and median, on a loaded machine) and ``json.loads`` 0.4 ms
 for 250 entries. (tc's own time per qdisc could not be measured without making qdiscs; it
 is compiled code.) Only the PFC agent, which reads a few qdiscs every few ms, speaks netlink
-itself (``testbed.apply.netlink``).
+itself (``testbed.system.netlink``).
 
 Everything here is pure but the readers at the end.
 """

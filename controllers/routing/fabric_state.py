@@ -74,7 +74,7 @@ from testbed.controllers.routing.ugal import (
 from testbed.model.topology.base import Fabric, Link
 
 ROUTING_MODES = MODES + DRAGONFLY_MODES
-# Hosts are addressed in 10.0.0.0/8 with no gateway (testbed.apply.network.host_script): a service
+# Hosts are addressed in 10.0.0.0/8 with no gateway (testbed.plan.bring_up.host_script): a service
 # address outside it would be unreachable, not merely unusual.
 HOST_NETWORK = ipaddress.IPv4Network("10.0.0.0/8")
 # A source group is rewritten only when some option's weight moves by at least this much

@@ -56,7 +56,7 @@ def links_not_up(fabric: Fabric,
                  operstate: Callable[[str], str]) -> list[tuple[Link, list[str]]]:
     """Every link with its root-namespace ends that are not up (``operstate`` reads one
     interface's state): none for a link that is up."""
-    from testbed.apply.network import root_ends
+    from testbed.plan.bring_up import root_ends
 
     return [(link, [intf for intf in root_ends(fabric, link) if operstate(intf) != "up"])
             for link in fabric.links]
@@ -155,7 +155,7 @@ class Attached:
     def reachability(self) -> tuple[list[str], int, int]:
         """Every host pings every other host (one fping per host, all at once, paced);
         Mininet's pingall answer (``ping_report``)."""
-        from testbed.apply.network import fping_argv
+        from testbed.plan.bring_up import fping_argv
 
         hosts, ips = self.host_names, self.ips
 
@@ -184,7 +184,8 @@ class Attached:
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Take the link between nodes ``a`` and ``b`` down or up, as a cut cable."""
-        from testbed.apply.network import link_interfaces, set_interfaces
+        from testbed.apply.network import set_interfaces
+        from testbed.plan.bring_up import link_interfaces
 
         set_interfaces(link_interfaces(self.fabric, a, b), up)
 

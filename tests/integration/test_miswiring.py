@@ -65,7 +65,7 @@ def wait_for_check(net: FabricNetwork, after_s: float, want: dict, ports: int) -
 def plug(net: FabricNetwork, plugs: dict[str, End]) -> None:
     """Move each interface to the given (switch, port): all are unplugged first, in one
     transaction, so every port number is free when it is asked for in the next. The ports
-    get the linux-noop QoS every fabric port has (testbed.apply.network.ovs_transaction)."""
+    get the linux-noop QoS every fabric port has (testbed.plan.bring_up.ovs_transaction)."""
     unplug: list[str] = []
     for intf in plugs:
         unplug += ["--", "del-port", intf]

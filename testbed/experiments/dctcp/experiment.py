@@ -139,7 +139,7 @@ class Dctcp(Experiment):
     def ecn_settings(self) -> EcnSettings:
         """The marked queue (testbed.plan.settings): a step at ``k_bytes``, or the dctcp
         scheme scaled to the rate; errors name this experiment's own parameters."""
-        from testbed.apply.network import default_buffer_bytes
+        from testbed.plan.port_queue import default_buffer_bytes
         from testbed.plan.settings import ecn_settings
 
         p = self.params

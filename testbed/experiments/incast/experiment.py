@@ -40,8 +40,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.apply.network import default_buffer_bytes
 from testbed.capabilities import missing_capabilities
+from testbed.drive.flows import counter_deltas, read_tcp_counters
 from testbed.errors import ConfigError, TestbedError
 from testbed.experiments.incast.checks import DROPTAIL, ECN, MODES, PFC, incast_checks
 from testbed.experiments.incast.plots import plot_completion, plot_fanin_sweep
@@ -58,15 +58,15 @@ from testbed.experiments.incast.workload import (
     sender_hosts,
 )
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
-from testbed.drive.flows import counter_deltas, read_tcp_counters
 from testbed.harness.scenario import Problem
 from testbed.measure.pauses import (
     PauseCapture,
     capture_point,
     capture_summary,
+    counter_deltas as agent_deltas,
 )
-from testbed.measure.pauses import counter_deltas as agent_deltas
 from testbed.plan.modes import LOSSLESS_DSCP, mode_tcp
+from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.profiles import U32_MAX, QueueConfig
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_thresholds, scaled_queue_config
 from testbed.traffic.incast import MAX_DSCP

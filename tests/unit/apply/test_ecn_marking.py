@@ -19,7 +19,7 @@ import testbed.apply.network as network
 import testbed.apply.state as state
 import testbed.capabilities
 import testbed.errors as errors
-from testbed.apply.network import FabricNetwork, host_script
+from testbed.apply.network import FabricNetwork
 from testbed.apply.state import Ledger, clean
 from testbed.capabilities import (
     IMPLEMENTED_FEATURES,
@@ -42,6 +42,7 @@ from testbed.measure.queues import (
 )
 from testbed.model.topology import build
 from testbed.plan.anchoring import ANCHOR_POLL_S
+from testbed.plan.bring_up import host_script
 from testbed.plan.ecn_plan import (
     BPF_SOURCE,
     CONFIG_LAYOUT,

@@ -9,13 +9,9 @@ import pytest
 from tests.unit.stand_ins import shell_less_host
 
 from testbed.api import MininetView
-from testbed.apply.network import (
-    HOST_PREFIX_LEN,
-    FabricNetwork,
-    host_script,
-    register_host_interface,
-)
+from testbed.apply.network import FabricNetwork, register_host_interface
 from testbed.model.topology.fattree import fat_tree
+from testbed.plan.bring_up import HOST_PREFIX_LEN, host_script
 
 PING_ANSWERED = ("1 packets transmitted, 1 received, 0% packet loss, time 0ms\n"
                  "rtt min/avg/max/mdev = 0.1/0.1/0.1/0.0 ms\n")

@@ -1,7 +1,9 @@
-"""The bench's table, from a result shaped like testbed.capacity.bench.run_bench's."""
+"""The bench's table, from a result shaped like testbed.capacity.bench.run_bench's, and the
+plain-Mininet baseline's topology."""
 from __future__ import annotations
 
-from testbed.capacity.bench import bench_rows
+from testbed.capacity.bench import bench_rows, mininet_topo
+from testbed.model.topology.fattree import fat_tree
 
 
 def test_bench_rows_put_each_measure_beside_its_baseline():
@@ -83,3 +85,18 @@ def test_the_bench_and_doctor_flags_parse():
     assert not build_parser().parse_args(["bench"]).userspace_datapath
     assert build_parser().parse_args(["doctor"]).probe
     assert not build_parser().parse_args(["doctor", "--no-probe"]).probe
+
+
+def test_mininet_topo_carries_names_ports_dpids_addresses_and_rates():
+    fabric = fat_tree(2, host_rate_mbit=6.0, fabric_rate_mbit=12.0)
+    topo = mininet_topo(fabric)
+    assert sorted(topo.nodes()) == sorted(fabric.nodes)
+    assert topo.nodeInfo("p0e0") == {"isSwitch": True, "dpid": "0000000100000000"}
+    assert topo.nodeInfo("p1e0h0") == {"ip": "10.1.0.2/8", "mac": "02:00:0a:01:00:02"}
+    links = topo.links(withKeys=True, withInfo=True)
+    assert len(links) == len(fabric.links)
+    infos = {(info["node1"], info["node2"]): info for _, _, _, info in links}
+    assert infos[("p0e0h0", "p0e0")]["port1"] == 0 and infos[("p0e0h0", "p0e0")]["port2"] == 1
+    assert infos[("p0e0h0", "p0e0")]["bw"] == 6.0
+    assert infos[("p1a0", "c0")] == {"node1": "p1a0", "node2": "c0", "port1": 2, "port2": 2,
+                                     "bw": 12.0}

@@ -17,8 +17,6 @@ from scapy.contrib.mac_control import MACControlPause
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from testbed.system.netlink import QdiscBacklogs, rate_bytes_per_s, tbf_change_message
-from testbed.apply.network import host_script
 from testbed.apply.pfc_runtime import pfc_totals
 from testbed.controllers.routing.dragonfly import DRAGONFLY_MODES
 from testbed.controllers.routing.ecmp import MODES as ROUTING_MODES
@@ -26,8 +24,8 @@ from testbed.errors import ConfigError
 from testbed.model import topology
 from testbed.model.topology.base import AGGREGATION, CORE, EDGE, Fabric, intf_name
 from testbed.model.topology.fattree import fat_tree
-from testbed.system.counters import lossless_drops, parse_qdiscs, queue_drops
 from testbed.plan import scaling
+from testbed.plan.bring_up import host_script
 from testbed.plan.pfc import (
     PAUSE,
     RESUME,
@@ -74,6 +72,8 @@ from testbed.plan.profiles import (
     QueueConfig,
     TrafficClass,
 )
+from testbed.system.counters import lossless_drops, parse_qdiscs, queue_drops
+from testbed.system.netlink import QdiscBacklogs, rate_bytes_per_s, tbf_change_message
 
 RATE_MBIT = 20.0
 MTU = 1500

@@ -11,16 +11,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.apply.network import host_script
 from testbed.errors import ConfigError
 from testbed.experiments.allreduce.experiment import port_buffer_bytes
 from testbed.harness.plans import queue_plan
+from testbed.harness.plots import plot_queue_depth
 from testbed.harness.scenario import SCENARIO_DIR, QueueSpec, load
 from testbed.measure.fidelity import Watch, marker_tolerance_bytes
-from testbed.harness.plots import plot_queue_depth
 from testbed.measure.queues import QueueSeries, ecn_report, marking_starts_bytes
 from testbed.model.topology import build
 from testbed.model.topology.spineleaf import spine_leaf
+from testbed.plan.bring_up import host_script
 from testbed.plan.ecn_plan import ECN_PATH_EBPF, ECN_PATH_RED
 from testbed.plan.pfc import agent_plan, switch_fan_in
 from testbed.plan.port_queue import default_buffer_bytes, port_plan, switch_queue_plan

@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from testbed.apply import ovs
-from testbed.apply.network import host_script
 from testbed.errors import ConfigError
 from testbed.harness.run import CPU_PINNING_ENV, SWITCHD_SHARDS_ENV, cpu_pinning, switchd_shards
 from testbed.model.topology.fattree import fat_tree
+from testbed.plan.bring_up import host_script
 from testbed.plan.shards import (
     PORTS_PER_SHARD_MIN,
     SHARDS_MAX,

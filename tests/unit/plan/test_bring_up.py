@@ -1,12 +1,11 @@
-"""The plans the fabric layer applies: the hosts' set-up scripts, the OVS transaction, the
-Mininet baseline's topology. (Each port's queue: test_port_queue.py.)"""
+"""The plans the fabric layer applies (testbed.plan.bring_up): the hosts' set-up scripts, the
+OVS transaction. (Each port's queue: test_port_queue.py.)"""
 from __future__ import annotations
 
 import pytest
 
-from testbed.apply.network import OFFLOADS_OFF, host_script, ovs_transaction
-from testbed.capacity.bench import mininet_topo
 from testbed.model.topology.fattree import fat_tree
+from testbed.plan.bring_up import OFFLOADS_OFF, host_script, ovs_transaction
 from testbed.plan.port_queue import Impairment, default_buffer_bytes, port_plan
 from testbed.plan.profiles import QueueConfig, StepEcn
 
@@ -24,21 +23,6 @@ def test_default_buffer_bytes_is_the_larger_of_time_and_frames(rate_mbit, mtu_by
 def test_offloads_off_pairs():
     assert OFFLOADS_OFF[1::2] == ["off"] * (len(OFFLOADS_OFF) // 2)
     assert set(OFFLOADS_OFF[::2]) == {"tx", "rx", "tso", "gso", "gro"}
-
-
-def test_mininet_topo_carries_names_ports_dpids_addresses_and_rates():
-    fabric = fat_tree(2, host_rate_mbit=6.0, fabric_rate_mbit=12.0)
-    topo = mininet_topo(fabric)
-    assert sorted(topo.nodes()) == sorted(fabric.nodes)
-    assert topo.nodeInfo("p0e0") == {"isSwitch": True, "dpid": "0000000100000000"}
-    assert topo.nodeInfo("p1e0h0") == {"ip": "10.1.0.2/8", "mac": "02:00:0a:01:00:02"}
-    links = topo.links(withKeys=True, withInfo=True)
-    assert len(links) == len(fabric.links)
-    infos = {(info["node1"], info["node2"]): info for _, _, _, info in links}
-    assert infos[("p0e0h0", "p0e0")]["port1"] == 0 and infos[("p0e0h0", "p0e0")]["port2"] == 1
-    assert infos[("p0e0h0", "p0e0")]["bw"] == 6.0
-    assert infos[("p1a0", "c0")] == {"node1": "p1a0", "node2": "c0", "port1": 2, "port2": 2,
-                                     "bw": 12.0}
 
 
 def test_host_script_configures_the_hosts_own_interface():

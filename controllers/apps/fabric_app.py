@@ -47,32 +47,32 @@ from os_ken.ofproto import ofproto_v1_3
 from testbed.controllers.apps.config import ControllerConfig
 from testbed.controllers.apps.guard import survives
 from testbed.controllers.apps.port_stats_app import EventPortStatsRound
-from testbed.controllers.routing.dragonfly import (
-    Bucket,
-    Output,
-    PopVlan,
-    PushVlan,
-    ToGroup,
-)
 from testbed.controllers.routing.fabric_state import Change, FabricState
 from testbed.controllers.routing.forwarding import (
     ADD,
     DELETE,
     MODIFY,
     Barrier,
-    FlowAction,
-    FlowMatch,
     FlowMod,
     GroupMod,
     Message,
+    Wipe,
+)
+from testbed.controllers.routing.rules import (
+    Bucket,
+    FlowAction,
+    FlowMatch,
+    Output,
+    PopVlan,
+    PushVlan,
     SetEthDst,
     ToController,
-    Wipe,
+    ToGroup,
 )
 from testbed.controllers.routing.ugal import (
     IP_PROTO_TCP,
     IP_PROTO_UDP,
-    FlowKey,
+    FiveTuple,
     TransportRule,
     flow_weight,
     placement_plan,
@@ -178,7 +178,7 @@ def send_plan(dp, plan: list[Message | TransportRule]) -> int | None:
     return xid
 
 
-def transport_flow(pkt: packet.Packet) -> tuple[FlowKey, float] | None:
+def transport_flow(pkt: packet.Packet) -> tuple[FiveTuple, float] | None:
     """The flow a parsed frame belongs to and what it weighs (testbed.controllers.routing.ugal.flow_weight);
     None when it is no IPv4 TCP or UDP packet with its ports (an IP fragment has none)."""
     ip = pkt.get_protocol(ipv4.ipv4)
@@ -188,10 +188,10 @@ def transport_flow(pkt: packet.Packet) -> tuple[FlowKey, float] | None:
     if ip.proto == IP_PROTO_TCP and segment is not None:
         weight = flow_weight(IP_PROTO_TCP, segment.has_flags(tcp.TCP_SYN),
                              segment.has_flags(tcp.TCP_ACK))
-        return FlowKey(IP_PROTO_TCP, ip.src, ip.dst, segment.src_port, segment.dst_port), weight
+        return FiveTuple(IP_PROTO_TCP, ip.src, ip.dst, segment.src_port, segment.dst_port), weight
     datagram = pkt.get_protocol(udp.udp)
     if ip.proto == IP_PROTO_UDP and datagram is not None:
-        return (FlowKey(IP_PROTO_UDP, ip.src, ip.dst, datagram.src_port, datagram.dst_port),
+        return (FiveTuple(IP_PROTO_UDP, ip.src, ip.dst, datagram.src_port, datagram.dst_port),
                 flow_weight(IP_PROTO_UDP))
     return None
 

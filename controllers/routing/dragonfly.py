@@ -46,6 +46,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from statistics import mean
 
+from testbed.controllers.routing.rules import (
+    Action,
+    Bucket,
+    FlowRule,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    ToGroup,
+)
 from testbed.model.topology.base import ROUTER, Fabric
 
 MINIMAL, VALIANT, UGAL = "minimal", "valiant", "ugal"
@@ -63,56 +73,6 @@ LOAD_FLOOR = 0.01
 
 
 # --- rules as data --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Match:
-    """OpenFlow match fields; None is a wildcard. ``vlan_vid`` is the VID without the
-    OFPVID_PRESENT bit; a rule without it matches tagged and untagged packets alike."""
-
-    in_port: int | None = None
-    vlan_vid: int | None = None
-    ipv4_dst: str | None = None
-
-
-@dataclass(frozen=True)
-class PushVlan:
-    """Push an 802.1Q header (ethertype 0x8100) and set its VID."""
-
-    vlan_vid: int
-
-
-@dataclass(frozen=True)
-class PopVlan:
-    """Pop the outer 802.1Q header."""
-
-
-@dataclass(frozen=True)
-class Output:
-    port: int
-
-
-@dataclass(frozen=True)
-class ToGroup:
-    group_id: int
-
-
-Action = PushVlan | PopVlan | Output | ToGroup
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """One select-group bucket: its weight (relative, > 0) and its actions."""
-
-    weight: int
-    actions: tuple[Action, ...]
-
-
-@dataclass(frozen=True)
-class FlowRule:
-    priority: int
-    match: Match
-    actions: tuple[Action, ...]
-
 
 @dataclass
 class RouterRules:

@@ -65,7 +65,7 @@ from testbed.controllers.routing.forwarding import (
     update_plans,
 )
 from testbed.controllers.routing.ugal import (
-    FlowKey,
+    FiveTuple,
     FlowPlacements,
     Placement,
     TransportRule,
@@ -338,7 +338,7 @@ class FabricState:
         return plans
 
     # --- flows placed one by one (ugal) ---------------------------------------------------------
-    def place_flow(self, switch: str, in_port: int, flow: FlowKey,
+    def place_flow(self, switch: str, in_port: int, flow: FiveTuple,
                    weight_flows: float) -> tuple[Placement, bool]:
         """Where ``switch`` sends a new flow that entered by host port ``in_port``, and
         whether the placement is new (testbed.controllers.routing.ugal.FlowPlacements.place); ValueError

@@ -35,16 +35,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from testbed.controllers.routing.anycast import AnycastRoute
-from testbed.controllers.routing.dragonfly import (
-    Action,
-    Bucket,
-    Match,
-    Output,
-    RouterRules,
-    ToGroup,
-)
+from testbed.controllers.routing.dragonfly import RouterRules
 from testbed.controllers.routing.ecmp import Route, SwitchRules
 from testbed.controllers.routing.failures import keyed_changes
+from testbed.controllers.routing.rules import (
+    Bucket,
+    FlowAction,
+    FlowKey,
+    FlowMatch,
+    Match,
+    Output,
+    SetEthDst,
+    ToController,
+    ToGroup,
+)
 
 ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
@@ -58,39 +62,6 @@ PRIORITY_PORT_ROUTE = 110  # by input port: a GPU's own rail
 PRIORITY_ROUTE = 100       # by destination (the anycast service address too, unless delivered)
 
 ADD, MODIFY, DELETE = "add", "modify", "delete"
-
-
-@dataclass(frozen=True)
-class FlowMatch:
-    """OpenFlow match fields, None a wildcard: dragonfly_routing's Match plus the ethertype.
-    ``vlan_vid`` is the VID without the OFPVID_PRESENT bit."""
-
-    eth_type: int | None = None
-    in_port: int | None = None
-    vlan_vid: int | None = None
-    ipv4_dst: str | None = None
-
-    def describe(self) -> str:
-        fields = (("eth_type", self.eth_type), ("in_port", self.in_port),
-                  ("vlan_vid", self.vlan_vid), ("ipv4_dst", self.ipv4_dst))
-        return ",".join(f"{name}={value:#06x}" if name == "eth_type" else f"{name}={value}"
-                        for name, value in fields if value is not None)
-
-
-@dataclass(frozen=True)
-class SetEthDst:
-    """Rewrite the destination MAC: anycast delivers to a replica's own MAC."""
-
-    mac: str
-
-
-@dataclass(frozen=True)
-class ToController:
-    """Send the whole packet to the controller (no buffering on the switch)."""
-
-
-FlowAction = Action | SetEthDst | ToController
-FlowKey = tuple[int, FlowMatch]  # (priority, match): what OpenFlow identifies a flow by
 
 
 @dataclass

@@ -56,10 +56,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from testbed.controllers.routing.dragonfly import (
-    Action,
     DragonflyView,
-    Output,
-    PushVlan,
     intermediate_groups,
     minimal_ports,
     minimal_routes,
@@ -67,7 +64,7 @@ from testbed.controllers.routing.dragonfly import (
     spread,
     vlan_vid,
 )
-from testbed.controllers.routing.forwarding import ToController
+from testbed.controllers.routing.rules import Action, Output, PushVlan, ToController
 
 IP_PROTO_TCP = 6
 IP_PROTO_UDP = 17
@@ -99,7 +96,7 @@ End = tuple[str, int]  # (router, output port): one direction of a link
 
 
 @dataclass(frozen=True)
-class FlowKey:
+class FiveTuple:
     """A transport flow (5-tuple): IP protocol number (6 TCP, 17 UDP), addresses, ports."""
 
     ip_proto: int
@@ -171,7 +168,7 @@ def path_through(view: DragonflyView, router: str, port: int, option: int | None
     return Path(option, port, tuple(sorted(shares.items())))
 
 
-def sampled_middles(view: DragonflyView, src_group: int, dst_group: int, flow: FlowKey,
+def sampled_middles(view: DragonflyView, src_group: int, dst_group: int, flow: FiveTuple,
                     seed: int, count: int = VALIANT_CANDIDATES) -> list[int]:
     """The intermediate groups offered to ``flow``: ``count`` of them at random, drawn from
     the seed and the 5-tuple alone (a string seed is hashed the same in every process)."""
@@ -231,7 +228,7 @@ class Placement:
     cookie: int
     router: str
     in_port: int
-    flow: FlowKey
+    flow: FiveTuple
     path: Path
     weight_flows: float
 
@@ -304,7 +301,7 @@ class FlowPlacements:
         self.bias_flow_hops = bias_flow_hops
         self.host_by_ip = {h.ip: h.name for h in view.fabric.hosts}
         self.placed: dict[int, Placement] = {}  # cookie -> placement
-        self.cookie_of: dict[tuple[str, FlowKey], int] = {}  # (router, flow) -> cookie
+        self.cookie_of: dict[tuple[str, FiveTuple], int] = {}  # (router, flow) -> cookie
         # per link, what each placement on it adds (weight * share): removing a placement
         # deletes its entries, so an emptied link is exactly zero again
         self.on_link: dict[End, dict[int, float]] = defaultdict(dict)
@@ -338,7 +335,7 @@ class FlowPlacements:
             raise ValueError(f"{ipv4_dst} is in the group of {router}: nothing to choose")
         return dst_host, dst_group
 
-    def choose(self, router: str, flow: FlowKey) -> Path:
+    def choose(self, router: str, flow: FiveTuple) -> Path:
         """The path UGAL picks for ``flow`` at ``router`` now."""
         dst_host, dst_group = self.destination(router, flow.ipv4_dst)
         middles = sampled_middles(self.view, self.view.group_of[router], dst_group, flow,
@@ -346,7 +343,7 @@ class FlowPlacements:
         minimal, valiant = candidate_paths(self.view, router, dst_host, middles)
         return ugal_choice(minimal, valiant, self.link_load_flows(), self.bias_flow_hops)
 
-    def place(self, router: str, in_port: int, flow: FlowKey,
+    def place(self, router: str, in_port: int, flow: FiveTuple,
               weight_flows: float = DATA_FLOW_WEIGHT) -> tuple[Placement, bool]:
         """(the placement of ``flow`` at ``router``, whether it is new): a flow already
         placed there (more of its packets reached the controller before its rule did)

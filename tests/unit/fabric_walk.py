@@ -10,23 +10,23 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from testbed.controllers.routing.dragonfly import (
+from testbed.controllers.routing.dragonfly import RouterRules
+from testbed.controllers.routing.ecmp import PortRoute, Route, SwitchRules
+from testbed.controllers.routing.forwarding import (
+    ETH_TYPE_IPV4,
+    PRIORITY_PORT_ROUTE,
+    SwitchTable,
+    route_priority,
+)
+from testbed.controllers.routing.rules import (
     Action,
     FlowRule,
     Match,
     Output,
     PopVlan,
     PushVlan,
-    RouterRules,
-    ToGroup,
-)
-from testbed.controllers.routing.ecmp import PortRoute, Route, SwitchRules
-from testbed.controllers.routing.forwarding import (
-    ETH_TYPE_IPV4,
-    PRIORITY_PORT_ROUTE,
     SetEthDst,
-    SwitchTable,
-    route_priority,
+    ToGroup,
 )
 from testbed.model.topology.base import Fabric
 

@@ -24,13 +24,6 @@ from testbed.controllers.routing.dragonfly import (
     UGAL,
     VALIANT,
     WEIGHT_SCALE,
-    Bucket,
-    FlowRule,
-    Match,
-    Output,
-    PopVlan,
-    PushVlan,
-    ToGroup,
     compute_dragonfly_rules,
     dragonfly_view,
     group_shift_traffic,
@@ -41,7 +34,16 @@ from testbed.controllers.routing.dragonfly import (
     ugal_weights,
     vlan_vid,
 )
-from testbed.controllers.routing.forwarding import ToController
+from testbed.controllers.routing.rules import (
+    Bucket,
+    FlowRule,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    ToController,
+    ToGroup,
+)
 from testbed.controllers.routing.ugal import (
     IP_PROTO_TCP,
     IP_PROTO_UDP,

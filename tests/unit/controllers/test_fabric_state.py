@@ -31,10 +31,10 @@ from testbed.controllers.routing.forwarding import (
     ETH_TYPE_LLDP,
     PRIORITY_ARP,
     PRIORITY_LLDP,
-    FlowMatch,
     GroupMod,
     describe_plan,
 )
+from testbed.controllers.routing.rules import FlowMatch
 from testbed.model.topology import build
 from testbed.model.topology.fattree import fat_tree
 

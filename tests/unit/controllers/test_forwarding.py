@@ -14,11 +14,7 @@ from tests.unit.fabric_walk import FlowWalker, fabric_id, table_rules
 from testbed.controllers.routing.anycast import replica_for_hosts
 from testbed.controllers.routing.dragonfly import (
     DRAGONFLY_MODES,
-    Bucket,
-    Output,
-    PushVlan,
     RouterRules,
-    ToGroup,
     compute_dragonfly_rules,
 )
 from testbed.controllers.routing.ecmp import MODES
@@ -32,18 +28,24 @@ from testbed.controllers.routing.forwarding import (
     MODIFY,
     PRIORITY_ARP,
     Barrier,
-    FlowMatch,
     FlowMod,
     GroupMod,
-    SetEthDst,
     SwitchTable,
-    ToController,
     Wipe,
     describe_plan,
     group_ports,
     program_plan,
     update_plan,
     update_plans,
+)
+from testbed.controllers.routing.rules import (
+    Bucket,
+    FlowMatch,
+    Output,
+    PushVlan,
+    SetEthDst,
+    ToController,
+    ToGroup,
 )
 from testbed.model.topology import build
 from testbed.model.topology.base import Fabric

@@ -10,25 +10,25 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from testbed.controllers.apps.arp_app import proxy_arp_table
 from testbed.controllers.apps.fabric_app import openflow_messages, port_up
-from testbed.controllers.routing.dragonfly import (
-    Bucket,
-    Output,
-    PopVlan,
-    PushVlan,
-    ToGroup,
-)
 from testbed.controllers.routing.forwarding import (
     ADD,
     DELETE,
     ETH_TYPE_IPV4,
     MODIFY,
     Barrier,
-    FlowMatch,
     FlowMod,
     GroupMod,
+    Wipe,
+)
+from testbed.controllers.routing.rules import (
+    Bucket,
+    FlowMatch,
+    Output,
+    PopVlan,
+    PushVlan,
     SetEthDst,
     ToController,
-    Wipe,
+    ToGroup,
 )
 from testbed.model.topology.fattree import fat_tree
 

@@ -42,10 +42,6 @@ from testbed.controllers.routing.dragonfly import (
     PRIORITY_TAGGED,
     UGAL,
     VALIANT,
-    FlowRule,
-    Match,
-    Output,
-    PushVlan,
     compute_dragonfly_rules,
     dragonfly_view,
     group_shift_traffic,
@@ -55,7 +51,8 @@ from testbed.controllers.routing.dragonfly import (
     vlan_vid,
 )
 from testbed.controllers.routing.fabric_state import FabricState
-from testbed.controllers.routing.forwarding import Barrier, ToController, program_plan
+from testbed.controllers.routing.forwarding import Barrier, program_plan
+from testbed.controllers.routing.rules import FlowRule, Match, Output, PushVlan, ToController
 from testbed.controllers.routing.ugal import (
     DATA_FLOW_WEIGHT,
     IP_PROTO_TCP,
@@ -65,7 +62,7 @@ from testbed.controllers.routing.ugal import (
     REPLY_FLOW_WEIGHT,
     UGAL_BIAS_FLOW_HOPS,
     VALIANT_CANDIDATES,
-    FlowKey,
+    FiveTuple,
     FlowPlacements,
     Path,
     TransportRule,
@@ -113,14 +110,14 @@ def crosses_groups(view, pair) -> bool:
     return group_of_host(view, pair[0]) != group_of_host(view, pair[1])
 
 
-def data_flow(fabric, pair, index: int) -> FlowKey:
+def data_flow(fabric, pair, index: int) -> FiveTuple:
     src, dst = pair
-    return FlowKey(IP_PROTO_TCP, fabric.nodes[src].ip, fabric.nodes[dst].ip, 50000 + index,
+    return FiveTuple(IP_PROTO_TCP, fabric.nodes[src].ip, fabric.nodes[dst].ip, 50000 + index,
                    5400 + index)
 
 
-def reply(flow: FlowKey) -> FlowKey:
-    return FlowKey(flow.ip_proto, flow.ipv4_dst, flow.ipv4_src, flow.dst_port, flow.src_port)
+def reply(flow: FiveTuple) -> FiveTuple:
+    return FiveTuple(flow.ip_proto, flow.ipv4_dst, flow.ipv4_src, flow.dst_port, flow.src_port)
 
 
 def place_pairs(fabric, view, pairs, seed: int = 1, control: bool = False
@@ -137,7 +134,7 @@ def place_pairs(fabric, view, pairs, seed: int = 1, control: bool = False
         data = data_flow(fabric, pair, i)
         connections = [data]
         if control:
-            connections.insert(0, FlowKey(IP_PROTO_TCP, data.ipv4_src, data.ipv4_dst,
+            connections.insert(0, FiveTuple(IP_PROTO_TCP, data.ipv4_src, data.ipv4_dst,
                                           40000 + i, data.dst_port))
         for flow in connections:
             _, new = placements.place(*view.host_at[pair[0]], flow)
@@ -309,7 +306,7 @@ def test_measured_load_alone_steers_a_flow_and_noise_does_not(fabric, view):
     with pytest.raises(ValueError, match="in the group of g0r1"):
         placements.choose("g0r1", data_flow(fabric, ("g0r1h0", "g0r2h0"), 0))
     with pytest.raises(ValueError, match="no host"):
-        placements.choose("g0r1", FlowKey(IP_PROTO_UDP, flow.ipv4_src, "10.99.0.2", 1, 2))
+        placements.choose("g0r1", FiveTuple(IP_PROTO_UDP, flow.ipv4_src, "10.99.0.2", 1, 2))
 
 
 # --- traffic patterns through the pure logic --------------------------------------------------
@@ -557,13 +554,13 @@ def test_the_first_packet_reads_as_its_flow_and_weight():
         return ipv4.ipv4(src="10.0.0.2", dst="10.1.0.2", proto=proto)
 
     syn = frame(ip(IP_PROTO_TCP), tcp.tcp(src_port=50001, dst_port=5401, bits=tcp.TCP_SYN))
-    assert transport_flow(syn) == (FlowKey(IP_PROTO_TCP, "10.0.0.2", "10.1.0.2", 50001, 5401),
+    assert transport_flow(syn) == (FiveTuple(IP_PROTO_TCP, "10.0.0.2", "10.1.0.2", 50001, 5401),
                                    DATA_FLOW_WEIGHT)
     syn_ack = frame(ip(IP_PROTO_TCP), tcp.tcp(src_port=5401, dst_port=50001,
                                               bits=tcp.TCP_SYN | tcp.TCP_ACK))
     assert transport_flow(syn_ack)[1] == REPLY_FLOW_WEIGHT
     datagram = frame(ip(IP_PROTO_UDP), udp.udp(src_port=4791, dst_port=4791))
-    assert transport_flow(datagram) == (FlowKey(IP_PROTO_UDP, "10.0.0.2", "10.1.0.2", 4791,
+    assert transport_flow(datagram) == (FiveTuple(IP_PROTO_UDP, "10.0.0.2", "10.1.0.2", 4791,
                                                 4791), DATA_FLOW_WEIGHT)
     assert transport_flow(frame(ip(1), icmp.icmp(data=icmp.echo()))) is None
 

@@ -31,9 +31,8 @@ from testbed.controllers.routing.forwarding import (
     ETH_TYPE_IPV4,
     ETH_TYPE_LLDP,
     PRIORITY_LLDP,
-    FlowMatch,
-    ToController,
 )
+from testbed.controllers.routing.rules import FlowMatch, ToController
 from testbed.controllers.routing.wiring import (
     ABSENT,
     CHANGE,

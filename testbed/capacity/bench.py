@@ -16,8 +16,7 @@ invocation, written as JSON and printed as a table.
 4. Failover: an edge uplink of the k=4 fat-tree cut under single-path routing, the time until
    the controller rerouted (against the 1 s goal) and the probes lost (testbed.measure.failover).
 5. Anycast switch-over: on the k=4 fat-tree a client probing an anycast service every 10 ms
-   while its near replica's link is cut and restored
-   (testbed.experiments.anycast_failover.failover).
+   while its near replica's link is cut and restored (testbed.measure.anycast_failover).
 
 Fabrics (2 to 5) take this machine's datapath: the kernel's where the module exists, unless
 ``--userspace-datapath`` (TESTBED_DATAPATH=user) forces the userspace one; ``--lines-only``
@@ -34,9 +33,9 @@ from pathlib import Path
 from testbed.apply import ovs
 from testbed.apply.controller import write_anycast
 from testbed.apply.network import FabricNetwork
+from testbed.drive.flows import start_iperf_server
 from testbed.harness.experiment import Setup
 from testbed.harness.fabric_checks import anycast_reachable
-from testbed.drive.flows import start_iperf_server
 from testbed.harness.run import machine, new_run_id
 from testbed.model.topology import build
 
@@ -208,8 +207,8 @@ def failover_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
 
 def anycast_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
     """A client of an anycast service on the k=4 fat-tree moved off its near replica by a
-    link cut, then back by the repair; see testbed.experiments.anycast_failover.failover."""
-    from testbed.experiments.anycast_failover.failover import FAT_TREE_K4, cut_and_repair
+    link cut, then back by the repair; see testbed.measure.anycast_failover."""
+    from testbed.measure.anycast_failover import FAT_TREE_K4, anycast_cut_and_repair
 
     fabric = build("fattree", k=4, host_rate_mbit=6.0)
     rundir = workdir / "anycast"
@@ -219,7 +218,7 @@ def anycast_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
     with FabricNetwork(fabric, rundir, ledger, datapath=datapath, routing="ecmp",
                        log=log) as net:
         anycast_reachable(net, setup, log)
-        return cut_and_repair(net, FAT_TREE_K4).to_dict()
+        return anycast_cut_and_repair(net, FAT_TREE_K4).to_dict()
 
 
 def failover_and_anycast(result: dict, workdir: Path, ledger, log, datapath: str) -> None:

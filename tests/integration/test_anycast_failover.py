@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from testbed.capabilities import detect
-from testbed.experiments.anycast_failover.failover import FAT_TREE_K4
 from testbed.harness.run import run_scenario
 from testbed.harness.scenario import load
+from testbed.measure.anycast_failover import FAT_TREE_K4
 
 pytestmark = pytest.mark.stock_kernel
 

@@ -1,15 +1,15 @@
 """Anycast failover: how fast a client follows its service to the next-nearest live replica
-when the nearest one's link is cut, and back when it returns (testbed.experiments.anycast_failover.
-failover does the cut and reads the client's answers)."""
+when the nearest one's link is cut, and back when it returns (testbed.measure.anycast_failover
+does the cut and reads the client's answers)."""
 from __future__ import annotations
 
 from pydantic import Field
 
 from testbed.controllers.routing.fabric_state import AnycastService
 from testbed.errors import ConfigError
-from testbed.experiments.anycast_failover.failover import AnycastCut, anycast_cut, cut_and_repair
 from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.harness.scenario import Problem
+from testbed.measure.anycast_failover import AnycastCut, anycast_cut, anycast_cut_and_repair
 from testbed.model.verdict import at_most
 
 GOAL_S = 1.0  # the controller's budget to move a client (the failure-handling goal)
@@ -71,7 +71,7 @@ class Anycast(Experiment):
                 f"{cut.interval_s * 1000:g} ms; {cut.near}'s link {cut.interface} goes down at "
                 f"{cut.down_at_s:g} s and back at {cut.up_at_s:g} s")
         with run.watch() as watch:
-            result = cut_and_repair(run.net, cut)
+            result = anycast_cut_and_repair(run.net, cut)
         run.log(f"anycast failover: served by {result.far} {result.to_far_s * 1000:.0f} ms "
                 f"after the cut ({result.requests_lost} requests lost), back on {result.near} "
                 f"{result.back_to_near_s * 1000:.0f} ms after the repair")

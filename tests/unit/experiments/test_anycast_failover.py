@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed import errors
-from testbed.experiments.anycast_failover.failover import (
+from testbed.measure.anycast_failover import (
     FAT_TREE_K4,
     first_answer_from,
     lost_seqs,
@@ -128,7 +128,7 @@ def test_probe_output_is_one_answer_per_line():
 def test_the_cut_moves_a_client_off_its_nearest_replica_to_the_next_nearest():
     from testbed.controllers.routing.fabric_state import AnycastService
     from testbed.errors import ConfigError
-    from testbed.experiments.anycast_failover.failover import FAT_TREE_K4, anycast_cut
+    from testbed.measure.anycast_failover import FAT_TREE_K4, anycast_cut
     from testbed.model.topology.fattree import fat_tree
 
     fabric = fat_tree(4, host_rate_mbit=6.0)

@@ -171,7 +171,7 @@ def probe_argv(cut: AnycastCut) -> list[str]:
             "--interval-s", str(cut.interval_s), "--duration-s", str(cut.duration_s)]
 
 
-def cut_and_repair(net: FabricNetwork, cut: AnycastCut) -> AnycastFailover:
+def anycast_cut_and_repair(net: FabricNetwork, cut: AnycastCut) -> AnycastFailover:
     """Serve ``cut.service`` on its replicas, probe it from ``cut.client``, take
     ``cut.interface`` down and up again on schedule. The network must already carry the
     service (the controller's anycast file and testbed.experiments.allreduce.run.start_anycast)."""

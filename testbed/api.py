@@ -105,9 +105,9 @@ class MininetView:
         self._parsePing = Mininet._parsePing
 
 
-class Fabric:
+class LiveFabric:
     """A fabric brought up from a resolved scenario (testbed.harness.experiment.Resolved) and
-    kept up until ``close()``; use as ``with Fabric(...) as fab:`` or through ``up()``.
+    kept up until ``close()``; use as ``with LiveFabric(...) as fab:`` or through ``up()``.
 
     ``setup`` names which of the scenario's setups to bring up (needed only when it has
     several); ``log`` gets the progress lines (none by default); ``run_id`` and ``workdir``
@@ -128,7 +128,7 @@ class Fabric:
         self._stack: ExitStack | None = None
 
     # -- up and down --------------------------------------------------------------------------
-    def start(self) -> Fabric:
+    def start(self) -> LiveFabric:
         """Take the machine (run lock and ledger), bring the setup up and prove it ready."""
         from testbed.harness.run import bring_up, interrupts_as_exceptions, machine, write_config
 
@@ -164,7 +164,7 @@ class Fabric:
             self.live = None
             give_to_invoking_user(self.workdir)
 
-    def __enter__(self) -> Fabric:
+    def __enter__(self) -> LiveFabric:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -424,5 +424,5 @@ def up(scenario: str | Path | None = None, *, topology: str | dict | None = None
     source, fields = scenario_data(scenario, topology=topology, rate_mbit=rate_mbit,
                                    mtu_bytes=mtu_bytes, routing=routing,
                                    results_dir=results_dir, overrides=overrides)
-    with Fabric(resolve_scenario(source, fields), setup, log=log) as fab:
+    with LiveFabric(resolve_scenario(source, fields), setup, log=log) as fab:
         yield fab

@@ -2,7 +2,7 @@
 scenario's fabric up and keeps it until ``testbed down`` signals it.
 
 Mininet hosts are shells owned by the process that made them, so the fabric lives in a process
-that stays: the holder. It runs the Python API's bring-up (testbed.api.Fabric: the machine's
+that stays: the holder. It runs the Python API's bring-up (testbed.api.LiveFabric: the machine's
 run lock and ledger, FabricNetwork, reachability, select groups, exactly as ``testbed run``
 brings up a setup), then writes what other processes need to reach the fabric into the state
 file /run/testbed/session.json (``SessionState``: its hosts' shell PIDs, whose namespaces
@@ -220,11 +220,11 @@ def hold(spec: HolderSpec, log=print) -> int:
 
 def hold_fabric(spec: HolderSpec, report, log) -> int:
     """Up, published, ready, then down at the first SIGTERM, SIGHUP or SIGINT."""
-    from testbed.api import Fabric
+    from testbed.api import LiveFabric
     from testbed.harness.scenario import load
 
     resolved = load(spec.source, spec.overrides)
-    with Fabric(resolved, spec.setup, log=log, run_id=spec.run_id,
+    with LiveFabric(resolved, spec.setup, log=log, run_id=spec.run_id,
                 workdir=Path(spec.workdir)) as fab:
         fab.session_state(spec.source).save()
         try:

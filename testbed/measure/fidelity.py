@@ -75,7 +75,7 @@ ETHERNET_HEADER_BYTES = 14
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FidelityVerdict:
     """Whether the emulator kept up, the signals behind it, and the same judgement as
     checks of the shape every experiment reports (testbed.model.verdict.Check)."""
 
@@ -242,7 +242,7 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
           setup: str | None = None, threads: dict[str, tuple[str, float]] | None = None,
           rtt: dict | None = None, cpu_stolen_fraction: float | None = None,
           backlogged: dict[str, dict] | None = None,
-          marker: dict[str, dict] | None = None) -> Verdict:
+          marker: dict[str, dict] | None = None) -> FidelityVerdict:
     """Trustworthy when the CPU had headroom, the switches lost (almost) nothing, every
     backlogged port delivered its rate (``backlogged``), every marker's model followed its
     queue (``marker``; ``backlog_checks``) and, for a bandwidth-bound workload, the
@@ -309,7 +309,7 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
                               "ms", "a probe across the fabric waited no longer than the queues "
                               "the emulator models explain", setup))
     checks += queue_checks
-    return Verdict(not problems, reasons, cpu_busy_fraction, vswitchd_cores,
+    return FidelityVerdict(not problems, reasons, cpu_busy_fraction, vswitchd_cores,
                    link_delivery_fraction, emulator_loss_fraction, notes, checks,
                    {p: {"thread": th, "cores": c} for p, (th, c) in threads.items()}, rtt,
                    None if cpu_stolen_fraction is None else round(cpu_stolen_fraction, 4))
@@ -389,7 +389,7 @@ class Watch:
                                s["queue_drops"] + s.get("impairment_drops", 0))
 
     def verdict(self, window_s: tuple[float, float] | None = None, bottleneck: str | None = None,
-                bandwidth_bound: bool = True, setup: str | None = None) -> Verdict:
+                bandwidth_bound: bool = True, setup: str | None = None) -> FidelityVerdict:
         """The fidelity verdict over ``window_s`` (default: the whole watch); delivery is
         judged on ``bottleneck`` (a link direction label) or else the busiest link."""
         window = window_s or self.window_s()

@@ -7,7 +7,7 @@ idled (a Python rank holding its interpreter lock the whole time) times itself, 
 network. ``GeneratorCpu`` samples the processes by PID while they run, each judged over the
 window it measured in; ``generator_summary`` reduces the samples (pure); ``generator_checks``
 judges the result with named tolerances and ``with_generators`` adds those checks to a
-fidelity verdict (testbed.measure.fidelity.Verdict.to_dict()), so the harness counts them in
+fidelity verdict (testbed.measure.fidelity.FidelityVerdict.to_dict()), so the harness counts them in
 the emulator's trust.
 """
 from __future__ import annotations
@@ -300,7 +300,7 @@ def generator_checks(summary: dict, setup: str | None = None,
 
 def with_generators(fidelity: dict, summary: dict, setup: str | None = None,
                     frame_us: float | None = None) -> dict:
-    """A fidelity verdict (Verdict.to_dict()) with the generators' checks (generator_checks,
+    """A fidelity verdict (FidelityVerdict.to_dict()) with the generators' checks (generator_checks,
     waits judged against ``frame_us``) and summary added: not trustworthy when one of them
     fails."""
     checks = generator_checks(summary, setup, frame_us)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.measure.fidelity import Verdict, judge
+from testbed.measure.fidelity import FidelityVerdict, judge
 from testbed.model.topology.base import Fabric
 from testbed.model.verdict import Check, at_most
 from testbed.traffic.patterns import pattern_pairs
@@ -107,7 +107,7 @@ def run_window(windows_monotonic_s: Iterable[Sequence[float]]) -> list[float]:
     return [min(w[0] for w in windows), max(w[1] for w in windows)] if windows else []
 
 
-def worst_verdict(verdicts: Sequence[Verdict], setup: str | None = None) -> Verdict:
+def worst_verdict(verdicts: Sequence[FidelityVerdict], setup: str | None = None) -> FidelityVerdict:
     """One fidelity verdict (testbed.measure.fidelity.judge, bandwidth-bound) from the
     verdicts of several windows of one watch: the busiest window's CPU, the weakest window's
     busiest link, the switches' losses (the same in every window: they are counted over the
@@ -122,7 +122,7 @@ def worst_verdict(verdicts: Sequence[Verdict], setup: str | None = None) -> Verd
 
 
 def windows_fidelity(watch, windows_monotonic_s: Sequence[Sequence[float]],
-                     setup: str | None = None) -> Verdict:
+                     setup: str | None = None) -> FidelityVerdict:
     """The fidelity verdict of a testbed.measure.fidelity.Watch over each measured window
     (CLOCK_MONOTONIC), combined by ``worst_verdict``; the whole watch when there is none."""
     if not windows_monotonic_s:

@@ -12,8 +12,8 @@ import pytest
 from testbed.apply.network import FabricNetwork
 from testbed.capabilities import detect
 from testbed.drive.roce_flows import RoceCapture, RoceSettings, run_roce_flows
-from testbed.experiments.roce_common.roce_setups import bench_fabric
 from testbed.measure.roce import capture_checks, decode_capture
+from testbed.model.bench import bench_fabric
 from testbed.plan.loss_plan import Loss, link_cuts
 
 RATE_MBIT = 20.0

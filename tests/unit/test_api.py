@@ -11,7 +11,7 @@ from tests.unit.stand_ins import StandInExperiment, StandInNetwork, standins  # 
 
 from testbed import errors
 from testbed.api import (
-    Fabric,
+    LiveFabric,
     choose_setup,
     link_rates_mbit,
     resolve_scenario,
@@ -113,7 +113,7 @@ def test_a_fabric_is_up_for_the_block_and_down_after(tmp_path, standins):
 
 
 def test_hosts_as_mininet_names_them(tmp_path, standins):
-    with Fabric(resolved_standin(tmp_path)) as fab:
+    with LiveFabric(resolved_standin(tmp_path)) as fab:
         h1 = fab.get("p0e0h0")
         assert h1 is fab["p0e0h0"] is fab.host("p0e0h0") is fab.net.hosts["p0e0h0"]
         assert [h.name for h in fab.get("p0e0h0", "p3e1h1")] == ["p0e0h0", "p3e1h1"]
@@ -125,7 +125,7 @@ def test_hosts_as_mininet_names_them(tmp_path, standins):
 
 
 def test_commands_failures_and_the_published_state(tmp_path, standins):
-    with Fabric(resolved_standin(tmp_path)) as fab:
+    with LiveFabric(resolved_standin(tmp_path)) as fab:
         done = fab.exec(fab.get("p0e0h0"), ["echo", "hello"])
         assert (done.returncode, done.stdout) == (0, "p0e0h0 ran echo hello\n")
         assert fab.net.started == [("p0e0h0", ["echo", "hello"])]
@@ -141,7 +141,7 @@ def test_commands_failures_and_the_published_state(tmp_path, standins):
 
 
 def test_an_experiment_runs_on_the_fabric_kept_up(tmp_path, standins):
-    with Fabric(resolved_standin(tmp_path)) as fab:
+    with LiveFabric(resolved_standin(tmp_path)) as fab:
         first = fab.run("standin")
         second = fab.run("standin")
         assert not fab.net.stopped
@@ -159,7 +159,7 @@ def test_an_experiment_runs_on_the_fabric_kept_up(tmp_path, standins):
 
 
 def test_an_experiment_that_needs_fabrics_of_its_own_is_refused(tmp_path, standins):
-    with Fabric(resolved_standin(tmp_path)) as fab:
+    with LiveFabric(resolved_standin(tmp_path)) as fab:
         with pytest.raises(errors.TestbedError, match="standin-two cannot measure on this "
                            "fabric: it measures on 2 fabrics of its own"):
             fab.run("standin-two")
@@ -170,7 +170,7 @@ def test_an_experiment_that_needs_fabrics_of_its_own_is_refused(tmp_path, standi
 
 def test_a_failing_measurement_leaves_the_fabric_up(tmp_path, standins, monkeypatch):
     monkeypatch.setattr(StandInExperiment, "fail_with", "the workload broke")
-    with Fabric(resolved_standin(tmp_path)) as fab:
+    with LiveFabric(resolved_standin(tmp_path)) as fab:
         with pytest.raises(errors.TestbedError, match="the workload broke"):
             fab.run("standin")
         assert not fab.net.stopped

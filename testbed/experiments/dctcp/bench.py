@@ -1,26 +1,16 @@
-"""The DCTCP micro-benchmark's bench and its pure measurements: the one-switch fabric and the
-roles in it, the hosts' TCP, the judged window, and the queue samples summarised.
-
-    sender l0h0     --\\
-    sender l0h1     ---+-- l0 --(l0-eth{N+1}: rate_mbit, buffer, K)--> l0h{N} receiver
-    ...                |
-    sender l0h{N-1} --/    (l0's uplink to spine s0 carries nothing)
-
-The switch is testbed.model.topology.spineleaf with one leaf and one spine: a non-blocking
-single switch. Every sender runs one long TCP flow into the receiver, so the switch port
-toward the receiver is the bottleneck and the only queue that builds.
+"""The DCTCP micro-benchmark's pure parts on the one-switch bench (testbed.model.bench, its
+bottleneck port queued at rate_mbit, buffer and K): the hosts' TCP, the judged window, and
+the queue samples summarised. Every sender runs one long TCP flow into the receiver, so the
+switch port toward the receiver is the bottleneck and the only queue that builds.
 """
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.measure.stats import percentile
-from testbed.model.topology.base import Fabric, intf_name
-from testbed.model.topology.spineleaf import spine_leaf
 from testbed.plan.settings import DEFAULT_SAMPLE_MS, SYSCTL_TCP_ECN
 
 DROPTAIL, ECN = "droptail", "ecn"
@@ -37,32 +27,6 @@ END_MARGIN_S = 0.5  # left out at the end of the judged window: the flows wind d
 # so N flows keep about 2N segments in flight however many marks they see.
 MIN_CWND_SEGMENTS = 2
 QUEUE_FILE = "queue.json"  # one setup's queue samples, in its folder
-
-
-@dataclass(frozen=True)
-class Bench:
-    """The fabric of one sender count and the roles in it."""
-
-    fabric: Fabric
-    senders: tuple[str, ...]
-    receiver: str
-    bottleneck_intf: str  # the switch port toward the receiver
-    bottleneck_label: str  # its direction, as testbed.measure.telemetry labels it
-
-
-def bench_of(fabric: Fabric) -> Bench:
-    """The roles in a bench fabric: the last host receives, the others send."""
-    hosts = [h.name for h in fabric.hosts]
-    receiver = hosts[-1]
-    switch, port = fabric.host_attachment(receiver)
-    return Bench(fabric, tuple(hosts[:-1]), receiver, intf_name(switch, port),
-                 f"{switch}->{receiver}")
-
-
-def bench_fabric(senders: int, rate_mbit: float, mtu_bytes: int) -> Bench:
-    """One switch with ``senders`` + 1 hosts: the last host receives."""
-    return bench_of(spine_leaf(leaves=1, spines=1, hosts_per_leaf=senders + 1,
-                               host_rate_mbit=rate_mbit, mtu_bytes=mtu_bytes))
 
 
 def setup_name(senders: int, queueing: str) -> str:

@@ -36,12 +36,9 @@ from testbed.experiments.dctcp.bench import (
     DROPTAIL_CCS,
     DROPTAIL_SYSCTLS,
     ECN,
+    QUEUEINGS,
     QUEUE_FILE,
     QUEUE_SAMPLE_MS,
-    QUEUEINGS,
-    Bench,
-    bench_fabric,
-    bench_of,
     judged_window_s,
     parse_ping_rtt_ms,
     setup_name,
@@ -53,6 +50,7 @@ from testbed.experiments.dctcp.bench import (
 from testbed.experiments.dctcp.checks import dctcp_checks, setup_row, summary_rows
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
 from testbed.harness.scenario import FamilyTopology, Problem
+from testbed.model.bench import Bench, bench_fabric, bench_of
 from testbed.plan.ecn_plan import ECN_PATH_EBPF
 from testbed.plan.profiles import U32_MAX, QueueConfig
 from testbed.plan.settings import TCP_CC_CHOICES, EcnSettings, TcpSettings
@@ -183,7 +181,7 @@ class Dctcp(Experiment):
                   ECN: (ecn.queue, {**record, "ecn": ecn.scaling})}
         setups = []
         for n in self.params.senders:
-            fabric = bench_fabric(n, self.rate_mbit, self.mtu_bytes).fabric
+            fabric = bench_fabric(n, self.rate_mbit, self.mtu_bytes)
             for queueing in QUEUEINGS:
                 queue, queue_record = queues[queueing]
                 what = ("drop-tail" if queueing == DROPTAIL

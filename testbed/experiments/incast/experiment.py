@@ -57,7 +57,7 @@ from testbed.experiments.incast.workload import (
     run_programs,
     sender_hosts,
 )
-from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
+from testbed.harness.experiment import Experiment, Params, Setup, SetupRun, distinct
 from testbed.harness.scenario import Problem
 from testbed.measure.pauses import (
     PauseCapture,
@@ -132,18 +132,12 @@ class IncastParams(Params):
             if not 1 <= value <= MAX_FANIN:
                 raise ValueError(f"each must be in [1, {MAX_FANIN}] (the k={FAT_TREE_K} "
                                  f"fat-tree has {HOSTS} hosts), got {value}")
-        return _distinct(values)
+        return distinct(values)
 
     @field_validator("modes")
     @classmethod
     def _modes(cls, values: list[str]) -> list[str]:
-        return _distinct(values)
-
-
-def _distinct(values: list) -> list:
-    if len(set(values)) != len(values):
-        raise ValueError(f"lists a value twice: {values}")
-    return values
+        return distinct(values)
 
 
 class Incast(Experiment):

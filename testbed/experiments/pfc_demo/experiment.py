@@ -35,6 +35,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from testbed.apply.pfc_agent import EVENTS_FILE
+from testbed.drive.flows import SERVER_START_S, run_flows
 from testbed.errors import ConfigError
 from testbed.experiments.pfc_demo.checks import CONDITIONS, LOSSY, PFC_ECN, demo_checks
 from testbed.experiments.pfc_demo.plots import PAUSED_SERIES_FILE, plot_demo
@@ -44,8 +45,7 @@ from testbed.experiments.pfc_demo.spreading import (
     paused_ports_series,
     spreading,
 )
-from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
-from testbed.drive.flows import SERVER_START_S, run_flows
+from testbed.harness.experiment import Experiment, Params, Setup, SetupRun, distinct
 from testbed.harness.scenario import Problem
 from testbed.measure.pauses import counter_deltas
 from testbed.model.records import read_json_lines
@@ -87,9 +87,7 @@ class PfcDemoParams(Params):
     @field_validator("conditions")
     @classmethod
     def _distinct(cls, values: list[str]) -> list[str]:
-        if len(set(values)) != len(values):
-            raise ValueError(f"lists a run twice: {values}")
-        return values
+        return distinct(values, "a run")
 
 
 class PfcDemo(Experiment):

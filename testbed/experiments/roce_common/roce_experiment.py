@@ -12,7 +12,6 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
 from testbed.drive.roce_flows import (
     ENGINE,
     RoceSettings,
@@ -23,10 +22,11 @@ from testbed.experiments.roce_common.roce_setups import (
     ETHERNET_HEADER_BYTES,
     LOSSLESS_QUEUE,
     ack_timeout_s,
-    roce_bench,
     roce_frame_bytes,
 )
+from testbed.harness.experiment import Experiment, Params, Setup, SetupRun, distinct
 from testbed.harness.scenario import Problem
+from testbed.model.bench import bench_of
 from testbed.plan.port_queue import Handles
 from testbed.plan.profiles import RedEcn, StepEcn
 
@@ -36,14 +36,8 @@ ROCE_TIMEOUT_S = 60.0   # the host programs' wait for their peer or their comple
 WINDOWED_CCS = ("dctcp",)  # controls that limit by a window: their QPs are not paced
 
 
-def distinct(values: list) -> list:
-    """A list that names each entry once (setups are named after them)."""
-    if len(set(values)) != len(values):
-        raise ValueError(f"lists an entry twice: {values}")
-    return values
-
-
-Distinct = AfterValidator(distinct)
+# A list that names each entry once (setups are named after them).
+Distinct = AfterValidator(lambda values: distinct(values, "an entry"))
 SenderCounts = Annotated[list[Annotated[int, Field(ge=1, le=8)]], Distinct]
 
 
@@ -154,7 +148,7 @@ class BottleneckExperiment(Experiment):
 
     def measure(self, run: SetupRun) -> dict:
         p, setup = self.params, run.setup
-        bench = roce_bench(run.net.fabric)
+        bench = bench_of(run.net.fabric)
         settings = self.settings(setup)
         handle = LOSSLESS_QUEUE if setup.queue.uses_classes else Handles.BUFFER
         run.log(f"{setup.name}: {len(bench.senders)} RoCE QPs (cc {settings.cc}) into "

@@ -1,10 +1,5 @@
-"""The fabrics and queues the RoCE experiments run on, as plain data (pure).
-
-    senders l0h0 .. l0h{N-1} --\\
-                                +-- l0 --(l0-eth{N+1}: the bottleneck)--> l0h{N} receiver
-    (the leaf's uplink to s0 carries nothing)
-
-The one-switch bench puts every sender's flow through one switch port, the only queue that
+"""The queues the RoCE experiments run on the one-switch bench (testbed.model.bench), as plain
+data (pure). The bench puts every sender's flow through one switch port, the only queue that
 builds. Its queue for DCQCN is what RoCE deployments run (Zhu et al., SIGCOMM 2015; Guo et
 al., SIGCOMM 2016): traffic classes by DSCP (RoCE data 26 lossless, CNPs 48 ahead of it),
 PFC on the lossless class, and RED-ECN marking between Kmin and Kmax with Pmax.
@@ -22,11 +17,9 @@ two-frame floor. The port's buffer must then hold Kmax and PFC's headroom above 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from testbed.errors import ConfigError
-from testbed.model.topology.base import Fabric, intf_name
-from testbed.model.topology.spineleaf import spine_leaf
+from testbed.model.topology.base import Fabric
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.port_queue import Handles
 from testbed.plan.profiles import DEFAULT_CLASSES, QueueConfig, RedEcn
@@ -49,35 +42,6 @@ ACK_TIMEOUT_DRAINS = 4
 KMAX_RULE = ("bytes unchanged: the reaction point scales times by 40G/link and rates by "
              "link/40G (testbed.traffic.roce.cc.dcqcn), so bytes keep their meaning, as its "
              "10 MB byte counter does")
-
-
-@dataclass(frozen=True)
-class RoceBench:
-    """One switch, ``senders`` hosts sending into one receiver: the roles, and the switch
-    port toward the receiver (the bottleneck, the only queue that builds)."""
-
-    fabric: Fabric
-    senders: tuple[str, ...]
-    receiver: str
-    bottleneck_intf: str
-    bottleneck_label: str  # its direction, as testbed.measure.telemetry labels it
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(s, self.receiver) for s in self.senders]
-
-
-def roce_bench(fabric: Fabric) -> RoceBench:
-    """The roles in a bench fabric (``bench_fabric``): the last host receives."""
-    hosts = [h.name for h in fabric.hosts]
-    switch, port = fabric.host_attachment(hosts[-1])
-    return RoceBench(fabric, tuple(hosts[:-1]), hosts[-1], intf_name(switch, port),
-                     f"{switch}->{hosts[-1]}")
-
-
-def bench_fabric(senders: int, rate_mbit: float, mtu_bytes: int) -> Fabric:
-    """One leaf (and the spine the family needs) with ``senders`` + 1 hosts."""
-    return spine_leaf(leaves=1, spines=1, hosts_per_leaf=senders + 1, host_rate_mbit=rate_mbit,
-                      mtu_bytes=mtu_bytes)
 
 
 def roce_frame_bytes(roce_mtu_bytes: int) -> int:

@@ -26,10 +26,15 @@ from typing import Annotated
 
 from pydantic import Field
 
+from testbed.experiments.roce_common.roce_experiment import (
+    BottleneckExperiment,
+    BottleneckParams,
+    Distinct,
+)
+from testbed.experiments.roce_common.roce_setups import dcqcn_red_bytes, lossless_queue
 from testbed.experiments.roce_dcqcn.checks import dcqcn_checks, dcqcn_rows
 from testbed.harness.experiment import Setup
-from testbed.experiments.roce_common.roce_experiment import BottleneckExperiment, BottleneckParams, Distinct
-from testbed.experiments.roce_common.roce_setups import bench_fabric, dcqcn_red_bytes, lossless_queue
+from testbed.model.bench import bench_fabric
 from testbed.plan.profiles import U32_MAX
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S
 

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from testbed.experiments.roce_common.roce_experiment import (
+    BottleneckExperiment,
+    BottleneckParams,
+    SenderCounts,
+)
 from testbed.experiments.roce_dctcp.checks import dctcp_checks, dctcp_rows
 from testbed.harness.experiment import Setup
-from testbed.experiments.roce_common.roce_experiment import BottleneckExperiment, BottleneckParams, SenderCounts
-from testbed.experiments.roce_common.roce_setups import bench_fabric
+from testbed.model.bench import bench_fabric
 from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.scaling import dctcp_step

@@ -28,23 +28,23 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from testbed.experiments.roce_incast_pfc.checks import PFC, PFC_DCQCN, incast_checks, incast_rows
-from testbed.harness.experiment import Setup
+from testbed.drive.roce_flows import RoceSettings
 from testbed.experiments.roce_common.roce_experiment import (
     BottleneckExperiment,
     BottleneckParams,
     Distinct,
     TransportParams,
 )
-from testbed.drive.roce_flows import RoceSettings
 from testbed.experiments.roce_common.roce_setups import (
-    bench_fabric,
     dcqcn_red_bytes,
     incast_outstanding,
     lossless_queue,
     roce_frame_bytes,
     transport_problems,
 )
+from testbed.experiments.roce_incast_pfc.checks import PFC, PFC_DCQCN, incast_checks, incast_rows
+from testbed.harness.experiment import Setup
+from testbed.model.bench import bench_fabric
 from testbed.plan.profiles import U32_MAX
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S
 

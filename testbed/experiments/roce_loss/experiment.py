@@ -39,19 +39,22 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from testbed.experiments.roce_loss.checks import loss_checks, loss_rows
-from testbed.harness.experiment import Experiment, Setup, SetupRun
-from testbed.experiments.roce_common.roce_experiment import RoceParams, TransportParams, roce_problems
 from testbed.drive.roce_flows import RoceCapture, RoceSettings, run_roce_flows, settings_record
+from testbed.experiments.roce_common.roce_experiment import (
+    RoceParams,
+    TransportParams,
+    roce_problems,
+)
 from testbed.experiments.roce_common.roce_setups import (
     ack_timeout_s,
-    bench_fabric,
-    roce_bench,
     roce_frame_bytes,
     transport_problems,
 )
+from testbed.experiments.roce_loss.checks import loss_checks, loss_rows
+from testbed.harness.experiment import Experiment, Setup, SetupRun
 from testbed.harness.scenario import Problem
 from testbed.measure.generators import GeneratorCpu, frame_time_us, with_generators
+from testbed.model.bench import bench_fabric, bench_of
 from testbed.plan.port_queue import default_buffer_bytes
 
 MAX_RATE_MBIT = 200.0  # one userspace switch forwards this at MTU 1500 with room to spare
@@ -140,7 +143,7 @@ class RoceLoss(Experiment):
         p, net = self.params, run.net
         loss_percent = p.loss_percents[[setup_name(x) for x in p.loss_percents]
                                        .index(run.setup.name)]
-        bench = roce_bench(net.fabric)
+        bench = bench_of(net.fabric)
         src, dst = bench.senders[0], bench.receiver
         switch, _ = net.fabric.host_attachment(src)
         if loss_percent:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 from scapy.all import Ether, IP, raw, wrpcap
 
+from testbed import errors
 from testbed.capabilities import Capability, Platform, choose_paths
 from testbed.drive.roce_flows import (
     CC_FILE,
@@ -31,19 +32,16 @@ from testbed.drive.roce_flows import (
     serve_argv,
     served_windows,
 )
+from testbed.errors import ConfigError
 from testbed.experiments.roce_common.roce_setups import (
     LOSSLESS_QUEUE,
     ack_timeout_s,
-    bench_fabric,
     dcqcn_red_bytes,
     incast_outstanding,
     lossless_queue,
-    roce_bench,
     roce_frame_bytes,
     transport_problems,
 )
-from testbed import errors
-from testbed.errors import ConfigError
 from testbed.measure.roce import (
     capture_checks,
     cc_series,
@@ -53,6 +51,7 @@ from testbed.measure.roce import (
     verified_check,
     window_queue,
 )
+from testbed.model.bench import bench_fabric, bench_of
 from testbed.traffic.roce import wire
 
 PY = sys.executable
@@ -194,7 +193,7 @@ def test_a_sender_that_fails_is_an_error_of_the_run_not_an_exception(tmp_path):
 
 
 def test_the_bench_puts_every_flow_through_the_receivers_port():
-    bench = roce_bench(bench_fabric(3, 20.0, 1500))
+    bench = bench_of(bench_fabric(3, 20.0, 1500))
     assert bench.senders == ("l0h0", "l0h1", "l0h2") and bench.receiver == "l0h3"
     assert bench.bottleneck_intf == "l0-eth4" and bench.bottleneck_label == "l0->l0h3"
     assert bench.pairs() == [("l0h0", "l0h3"), ("l0h1", "l0h3"), ("l0h2", "l0h3")]

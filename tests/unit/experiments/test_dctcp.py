@@ -24,7 +24,6 @@ from testbed.experiments.dctcp.bench import (
     END_MARGIN_S,
     MIN_CWND_SEGMENTS,
     QUEUE_FILE,
-    bench_fabric,
     judged_window_s,
     parse_ping_rtt_ms,
     read_queue_samples,
@@ -47,6 +46,7 @@ from testbed.harness.run import Outcome
 from testbed.harness.scenario import Scenario, load
 from testbed.measure.fidelity import judge
 from testbed.measure.telemetry import link_directions
+from testbed.model.bench import bench_fabric, bench_of
 from testbed.model.verdict import FAIL, NOT_JUDGED, PASS, Verdict
 from testbed.plan.profiles import StepEcn
 from testbed.plan.settings import SYSCTL_TCP_CC, SYSCTL_TCP_ECN
@@ -175,7 +175,7 @@ def test_explicit_k_buffer_and_an_rtt_that_raises_k():
 
 @pytest.mark.parametrize("senders", [1, 2, 8, 32])
 def test_the_bench_is_one_switch_and_the_bottleneck_its_port_to_the_receiver(senders):
-    bench = bench_fabric(senders, RATE_MBIT, MTU)
+    bench = bench_of(bench_fabric(senders, RATE_MBIT, MTU))
     fabric = bench.fabric
     assert len(bench.senders) == senders and bench.receiver not in bench.senders
     assert {fabric.host_attachment(h.name)[0] for h in fabric.hosts} == {"l0"}

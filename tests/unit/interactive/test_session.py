@@ -19,8 +19,8 @@ import pytest
 import testbed.api
 import testbed.harness.scenario
 import testbed.interactive.session as session
-from testbed.apply.state import process_start_ticks
 from testbed import errors
+from testbed.apply.state import process_start_ticks
 from testbed.interactive.session import HolderSpec, LogFollower, SessionState
 from testbed.model.topology.fattree import fat_tree
 
@@ -222,16 +222,16 @@ def test_the_log_is_followed_line_by_line(tmp_path):
 # --- the holder's life, around a stand-in fabric --------------------------------------------------
 
 
-class StandInFabric:
-    """testbed.api.Fabric as the holder uses it: up on entering, down on leaving."""
+class StandInLiveFabric:
+    """testbed.api.LiveFabric as the holder uses it: up on entering, down on leaving."""
 
     fail: str | None = None
-    made: list[StandInFabric] = []
+    made: list[StandInLiveFabric] = []
 
     def __init__(self, resolved, setup=None, log=None, run_id=None, workdir=None):
         self.resolved, self.setup_name, self.run_id, self.workdir = resolved, setup, run_id, workdir
         self.closed = False
-        StandInFabric.made.append(self)
+        StandInLiveFabric.made.append(self)
 
     def __enter__(self):
         if self.fail:
@@ -248,9 +248,9 @@ class StandInFabric:
 
 @pytest.fixture
 def holder(tmp_path, session_file, monkeypatch):
-    """hold() around StandInFabric; returns a function running it and the holder's log."""
-    StandInFabric.made, StandInFabric.fail = [], None
-    monkeypatch.setattr(testbed.api, "Fabric", StandInFabric)
+    """hold() around StandInLiveFabric; returns a function running it and the holder's log."""
+    StandInLiveFabric.made, StandInLiveFabric.fail = [], None
+    monkeypatch.setattr(testbed.api, "LiveFabric", StandInLiveFabric)
     monkeypatch.setattr(testbed.harness.scenario, "load", lambda source, overrides: "resolved")
 
     def run(on_report) -> tuple[int, list[str], dict | None]:
@@ -282,7 +282,7 @@ def test_the_holder_publishes_reports_ready_and_goes_down_at_sigterm(holder, ses
     status, lines, report = holder(on_report)
     assert report == {"ready": True} and status == 0
     assert seen["state"].holder_pid == os.getpid() and seen["state"].run_id == "r1"
-    (fab,) = StandInFabric.made
+    (fab,) = StandInLiveFabric.made
     assert fab.closed and fab.run_id == "r1"
     assert not session_file.exists()  # the record goes with the fabric
     assert lines[-2:] == ["signal 15: taking the fabric down", "the fabric is down"]
@@ -290,8 +290,8 @@ def test_the_holder_publishes_reports_ready_and_goes_down_at_sigterm(holder, ses
 
 
 def test_a_failed_bring_up_is_reported_on_the_pipe(holder, session_file):
-    StandInFabric.fail = "OVS holds 3 select groups, the controller should have installed 4"
+    StandInLiveFabric.fail = "OVS holds 3 select groups, the controller should have installed 4"
     status, lines, report = holder(lambda report: None)
     assert status == 3
-    assert report == {"error": StandInFabric.fail}
+    assert report == {"error": StandInLiveFabric.fail}
     assert not session_file.exists()

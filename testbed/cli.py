@@ -2,7 +2,7 @@
 
     testbed run SCENARIO [--set FIELD=VALUE ...]   any experiment, from a scenario file
     testbed EXPERIMENT [--its-params ...]          the same, from flags (one subcommand per
-                                                   experiment in testbed.harness.registry)
+                                                   experiment in testbed.experiments.registry)
     testbed report RUN_DIR [RUN_DIR ...]           a run's verdict, or several side by side
     testbed schema [--write]                       the scenario JSON schema
     testbed topo | doctor | clean | bench          describe, inspect, recover, measure
@@ -77,7 +77,7 @@ def execute(resolved, args) -> int:
 
 
 def cmd_run(args) -> int:
-    from testbed.harness.scenario import load
+    from testbed.experiments.registry import load
 
     resolved = load(args.scenario or DEFAULT_SCENARIO, run_overrides(args))
     return execute(resolved, args)
@@ -85,7 +85,7 @@ def cmd_run(args) -> int:
 
 def cmd_experiment(args) -> int:
     """An experiment from flags: its defaults, with what the flags set."""
-    from testbed.harness.scenario import validate
+    from testbed.experiments.registry import validate
 
     data: dict = {"name": args.name or args.experiment, "experiment": args.experiment,
                   "params": {}}
@@ -114,7 +114,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from testbed.harness.scenario import SCHEMA_PATH, json_schema
+    from testbed.experiments.registry import json_schema
+    from testbed.harness.scenario import SCHEMA_PATH
 
     text = json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
     if args.write:
@@ -174,7 +175,7 @@ def cmd_clean(args) -> int:
 def clean_machine() -> None:
     """Remove what an interrupted run, or the holder of a fabric kept up, left behind."""
     from testbed.apply.state import Ledger, RunLock, clean
-    from testbed.interactive.session import SessionState
+    from testbed.interactive.attach import SessionState
 
     with RunLock("clean"):  # held: no run, and no holder of a fabric, is alive
         ledger = Ledger.load()
@@ -196,12 +197,12 @@ def cmd_up(args) -> int:
     """Bring a scenario's fabric up in a holder process and return once it is ready."""
     from pathlib import Path
 
-    from testbed.api import choose_setup
+    from testbed.interactive.live import choose_setup
     from testbed.apply.network import check_root
     from testbed.apply.state import RunLock
     from testbed.interactive import session
     from testbed.harness.run import new_run_id
-    from testbed.harness.scenario import load
+    from testbed.experiments.registry import load
 
     source = args.scenario or DEFAULT_SCENARIO
     overrides = run_overrides(args)
@@ -406,7 +407,7 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
 
 def add_experiment_commands(sub) -> None:
     """``testbed NAME`` for every registered experiment, its flags from its Params."""
-    from testbed.harness.registry import experiment_classes
+    from testbed.experiments.registry import experiment_classes
 
     for name, cls in sorted(experiment_classes().items()):
         parser = sub.add_parser(name, help=f"{cls.title}: {cls.reproduces}"[:150])

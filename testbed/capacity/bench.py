@@ -33,10 +33,21 @@ from pathlib import Path
 from testbed.apply import ovs
 from testbed.apply.controller import write_anycast
 from testbed.apply.network import FabricNetwork
+from testbed.capabilities import detect, fabric_datapath
+from testbed.capacity.calibrate import (
+    result_of,
+    ring_topology,
+    ring_world,
+    search,
+)
 from testbed.drive.flows import start_iperf_server
+from testbed.harness.calibration import machine_description
+from testbed.harness.console import print_rows
 from testbed.harness.experiment import Setup
 from testbed.harness.fabric_checks import anycast_reachable
 from testbed.harness.run import machine, new_run_id
+from testbed.measure.anycast_failover import FAT_TREE_K4, anycast_cut_and_repair
+from testbed.measure.failover import cut_and_repair
 from testbed.model.topology import build
 
 IPERF_SECONDS = 5
@@ -196,8 +207,6 @@ FAILOVER_GOAL_S = 1.0  # the controller's budget to route around a failed link (
 def failover_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
     """An edge uplink of the k=4 fat-tree cut under single-path routing (only the controller
     can save the flow) while a host probes a host in another pod; see testbed.measure.failover."""
-    from testbed.measure.failover import cut_and_repair
-
     fabric = build("fattree", k=4, host_rate_mbit=6.0)
     (workdir / "failover").mkdir(exist_ok=True)
     with FabricNetwork(fabric, workdir / "failover", ledger, datapath=datapath,
@@ -208,8 +217,6 @@ def failover_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
 def anycast_times(workdir: Path, ledger, log, datapath: str = "user") -> dict:
     """A client of an anycast service on the k=4 fat-tree moved off its near replica by a
     link cut, then back by the repair; see testbed.measure.anycast_failover."""
-    from testbed.measure.anycast_failover import FAT_TREE_K4, anycast_cut_and_repair
-
     fabric = build("fattree", k=4, host_rate_mbit=6.0)
     rundir = workdir / "anycast"
     rundir.mkdir(exist_ok=True)
@@ -263,8 +270,6 @@ def ceiling(k: int, log, results_dir: str, kernel_line_mbit: float) -> dict:
     testbed.capacity.calibrate.ring_topology) and what the fabric forwards there."""
     from dataclasses import asdict
 
-    from testbed.capacity.calibrate import result_of, ring_topology, ring_world, search
-
     trials = search(k, log, start_mbit=25.0 if k == 4 else 10.0, results_dir=results_dir)
     best = result_of(trials)
     at_best = next((t for t in trials if t.rate_mbit == best), None)
@@ -305,9 +310,6 @@ def roce_engine(log) -> dict:
 def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
               ceilings: bool = True, lines_only: bool = False) -> dict:
     from mininet.log import setLogLevel
-
-    from testbed.capabilities import detect, fabric_datapath
-    from testbed.capacity.calibrate import machine_description
 
     setLogLevel("critical")
     platform = detect()
@@ -412,6 +414,4 @@ def bench_rows(result: dict) -> list[list[str]]:
 
 
 def print_bench(result: dict) -> None:
-    from testbed.harness.console import print_rows
-
     print_rows(bench_rows(result), title=f"testbed bench {result['run_id']}")

@@ -11,13 +11,17 @@ trial takes about half a minute.
 """
 from __future__ import annotations
 
-import json
-import os
-import platform as pyplatform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-DEFAULT_CALIBRATION_PATH = Path("/var/lib/testbed/calibration.json")
+from testbed.capabilities import detect
+from testbed.errors import TestbedError
+from testbed.experiments.registry import load
+from testbed.harness.calibration import Calibration, machine_description, save_calibration
+from testbed.harness.run import run_scenario
+from testbed.model.topology import build
+from testbed.model.topology.base import Fabric
+
 SAFE_RATE_MBIT = 6.0      # trustworthy on a busy 2-core machine with no calibration
 MARGIN = 0.8              # runs take this share of the calibrated rate
 MIN_BUSBW_FRACTION = 0.9  # a trial passes at busbw >= 90% of the link rate, and trusted
@@ -26,29 +30,6 @@ MAX_MBIT = 1600.0
 RESOLUTION = 0.15         # stop when the bracket's upper end is within 15% of its lower end
 ITERATION_S = 2.0         # seconds of the k=4 ring's traffic per iteration at the trial's rate
 WORLD = 16                # ranks of the k=4 fat-tree
-
-
-def machine_description(platform) -> dict:
-    """What a calibration holds for: the CPU, its count, the kernel, Open vSwitch, the
-    datapath path and ovs-vswitchd's allocator. A run on a machine that differs in any of
-    them does not use it."""
-    from testbed.apply.ovs import allocator_preload
-    from testbed.harness.provenance import ovs_version
-
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu_model": model, "cpus": os.cpu_count(), "kernel": platform.kernel_release,
-            "ovs_version": ovs_version(), "machine": pyplatform.machine(),
-            "ovs_datapath": platform.paths.ovs_datapath,
-            "ovs_offload": getattr(platform.paths, "ovs_offload", None),
-            "ovs_allocator": ("tcmalloc" if platform.paths.ovs_datapath != "kernel"
-                              and allocator_preload() else "glibc")}
 
 
 def trial_size_bytes(rate_mbit: float, world: int = WORLD,
@@ -107,63 +88,6 @@ def result_of(trials: list[Trial]) -> float | None:
     return max(passes, default=None)
 
 
-@dataclass
-class Calibration:
-    rate_mbit: float
-    margin: float
-    machine: dict
-    trials: list[dict]
-    measured_at: str
-
-    @property
-    def run_rate_mbit(self) -> float:
-        return round(self.rate_mbit * self.margin, 1)
-
-
-def calibration_path() -> Path:
-    """Where the calibration is kept: TESTBED_CALIBRATION, else /var/lib/testbed."""
-    return Path(os.environ.get("TESTBED_CALIBRATION", DEFAULT_CALIBRATION_PATH))
-
-
-def load_calibration(machine: dict, path: Path | None = None
-                     ) -> tuple[Calibration | None, str]:
-    """The stored calibration if it is for this machine, and a sentence saying why or why
-    not."""
-    path = path or calibration_path()
-    try:
-        data = json.loads(path.read_text())
-        calibration = Calibration(**data)
-    except FileNotFoundError:
-        return None, f"no calibration ({path} missing: run `sudo testbed calibrate`)"
-    except (OSError, ValueError, TypeError) as exc:
-        return None, f"the calibration in {path} cannot be read ({exc})"
-    differs = [k for k, v in machine.items() if calibration.machine.get(k) != v]
-    if differs:
-        return None, (f"the calibration in {path} is for another machine (differs in "
-                      f"{', '.join(differs)}); run `sudo testbed calibrate`")
-    return calibration, (f"calibrated: {calibration.rate_mbit:g} Mbit/s held by the k=4 ring on "
-                         f"{calibration.measured_at}, times the margin {calibration.margin:g}")
-
-
-def default_rate(platform, safe_mbit: float, cap_mbit: float | None = None,
-                 path: Path | None = None) -> tuple[float, str]:
-    """The link rate a run takes when its scenario names none, and why."""
-    calibration, why = load_calibration(machine_description(platform), path)
-    if calibration is None:
-        return safe_mbit, f"the safe default {safe_mbit:g} Mbit/s: {why}"
-    rate = calibration.run_rate_mbit
-    if cap_mbit is not None and rate > cap_mbit:
-        return cap_mbit, f"{why}, capped at {cap_mbit:g} Mbit/s by the experiment"
-    return rate, why
-
-
-def save_calibration(calibration: Calibration, path: Path | None = None) -> Path:
-    path = path or calibration_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(calibration), indent=1))
-    return path
-
-
 def forwarded_mbit(result: dict, fabric) -> float:
     """The fabric's aggregate forwarded switch-hop throughput over a run's measured window:
     what every switch port sent, summed (each hop a packet crosses counts once)."""
@@ -185,8 +109,6 @@ def ring_topology(k: int) -> dict:
 
 def ring_world(topology: dict) -> int:
     """How many ranks the ring on ``topology`` has: one per host."""
-    from testbed.model.topology import build
-
     params = {key: value for key, value in topology.items() if key != "name"}
     return len(build(topology["name"], **params).hosts)
 
@@ -194,11 +116,6 @@ def ring_world(topology: dict) -> int:
 def trial(rate_mbit: float, topology: dict, results_dir: str, log=print) -> Trial:
     """One run of the ring on ``topology`` (a fat-tree, ring_topology) at ``rate_mbit``,
     judged."""
-    from testbed.errors import TestbedError
-    from testbed.harness.run import run_scenario
-    from testbed.harness.scenario import load
-    from testbed.model.topology.base import Fabric
-
     label = "".join(f"-{key}{value}" for key, value in topology.items() if key != "name")
     resolved = load("fattree-allreduce", {
         "link_rate_mbit": rate_mbit,
@@ -239,9 +156,6 @@ def calibrate(log=print, start_mbit: float = START_MBIT, max_mbit: float = MAX_M
               results_dir: str = "results", path: Path | None = None) -> Calibration:
     """Run the search on this machine (root) and store the result."""
     import datetime
-
-    from testbed.capabilities import detect
-    from testbed.errors import TestbedError
 
     trials = search(4, log, start_mbit, max_mbit, results_dir)
     best = result_of(trials)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.errors import TestbedError
+from testbed.harness.scenario import Problem
+from testbed.measure.generators import GeneratorCpu, frame_time_us, with_generators
 from testbed.traffic.collectives.program import DEFAULT_PORT, PROGRESS_PREFIX
 
 RANK_PORT = DEFAULT_PORT
@@ -173,8 +175,6 @@ class RankWatch:
     .with_generators)."""
 
     def __init__(self, run):
-        from testbed.measure.generators import GeneratorCpu
-
         self.run = run
         self.watch = run.watch()
         self.cpu = GeneratorCpu()
@@ -196,8 +196,6 @@ class RankWatch:
                  bottleneck: str | None = None) -> dict:
         """The emulator's verdict over ``window_monotonic_s`` (default: the whole watch),
         with the generators' checks over the whole watch (every rank program it ran)."""
-        from testbed.measure.generators import frame_time_us, with_generators
-
         window = self.watch.window_s(*window_monotonic_s) if window_monotonic_s else None
         verdict = self.watch.verdict(window, bottleneck=bottleneck,
                                      bandwidth_bound=bandwidth_bound).to_dict()
@@ -208,8 +206,6 @@ class RankWatch:
 def host_problems(fabric, field: str, needed: int, what: str = "ranks") -> list:
     """A problem on ``params.<field>`` when ``needed`` ranks (one per host) are more than
     the fabric's hosts."""
-    from testbed.harness.scenario import Problem
-
     hosts = len(fabric.hosts)
     if needed <= hosts:
         return []

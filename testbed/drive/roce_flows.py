@@ -23,7 +23,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.errors import TestbedError
+from testbed.measure.backlog import PortBacklog, backlog_divergence
 from testbed.measure.capture import HostCapture, capture_argv as host_capture_argv
+from testbed.measure.generators import GeneratorCpu, frame_time_us, with_generators
+from testbed.measure.pauses import counter_deltas
+from testbed.measure.queues import queue_sampling
+from testbed.measure.roce import (
+    cc_series,
+    decode_capture,
+    sampled_fraction,
+    scaling_rows,
+    window_queue,
+)
+from testbed.measure.stats import jain_index
+from testbed.plan.ecn_plan import ECN_PATH_EBPF
+from testbed.system.counters import counter_delta
 
 HOST_MODULE = "testbed.traffic.roce.host"
 RXE_MODULE = "testbed.traffic.roce.rxe"
@@ -353,14 +367,6 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
     the setup's folder (queue.json, cc-series.json and each program's JSON)."""
     from contextlib import nullcontext
 
-    from testbed.measure.backlog import PortBacklog
-    from testbed.system.counters import counter_delta
-    from testbed.measure.generators import GeneratorCpu
-    from testbed.measure.pauses import counter_deltas
-    from testbed.measure.queues import queue_sampling
-    from testbed.measure.roce import cc_series, decode_capture
-    from testbed.plan.ecn_plan import ECN_PATH_EBPF
-
     net, intf = run.net, bench.bottleneck_intf
     marking = net.marking
     model = marking is not None and marking.path == ECN_PATH_EBPF
@@ -411,11 +417,6 @@ def bottleneck_result(b: BottleneckRun, bench, settings: RoceSettings, settle_s:
     divergence), each flow's goodput (over its whole run) and each sender's rate over the
     window (its link's counters) with their Jain index, the bottleneck's utilisation,
     marks, pauses, the packet sample and the fidelity verdict."""
-    from testbed.measure.backlog import backlog_divergence
-    from testbed.measure.generators import frame_time_us, with_generators
-    from testbed.measure.roce import sampled_fraction, scaling_rows, window_queue
-    from testbed.measure.stats import jain_index
-
     roce, watch = b.roce, b.watch
     start, end = (roce.all_sending_monotonic_s or roce.window_monotonic_s
                   or (watch.t_start, watch.t_end))

@@ -1,7 +1,7 @@
 """The experiment protocol: what an experiment supplies, and what the harness does with it.
 
 An experiment is a class in its own folder (testbed/experiments/<name>/) registered in
-testbed.harness.registry. It supplies:
+testbed.experiments.registry. It supplies:
 
 - ``Params``: a pydantic model of its own scenario parameters (``params:`` in YAML);
 - ``setups()``: the fabrics it measures on, as plain data (``Setup``: a fabric description,
@@ -23,19 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from testbed.errors import ConfigError, TestbedError
+from testbed.capabilities import Platform
+from testbed.harness.calibration import default_rate
+from testbed.harness.plans import build_fabric, queue_plan, tcp_plan
+from testbed.harness.progress import Progress
+from testbed.harness.scenario import FamilyTopology, Problem, Scenario
+from testbed.measure.fidelity import Watch
+from testbed.measure.queues import ecn_monitoring
 from testbed.model.topology.base import Fabric
 from testbed.model.verdict import Check
+from testbed.plan.profiles import QueueConfig
+from testbed.plan.settings import EcnSettings, TcpSettings, queue_record
 
 if TYPE_CHECKING:
     from testbed.apply.network import FabricNetwork
-    from testbed.capabilities import Platform
-    from testbed.harness.progress import Progress
-    from testbed.harness.scenario import Problem, Scenario
-    from testbed.plan.profiles import QueueConfig
-    from testbed.plan.settings import EcnSettings, TcpSettings
 
 # Named sections of a scenario an experiment may honour; the rest are refused for it.
 TOPOLOGY, ROUTING, QUEUE, HOSTS, ANYCAST = "topology", "routing", "queue", "hosts", "anycast"
@@ -76,8 +79,6 @@ class Setup:
         return {**(self.tcp.sysctls() if self.tcp else {}), **self.sysctls}
 
     def describe(self) -> dict:
-        from testbed.plan.settings import queue_record
-
         return {"name": self.name, "fabric": {"kind": self.fabric.kind,
                                               "label": self.fabric.label(),
                                               "params": self.fabric.params,
@@ -110,15 +111,11 @@ class SetupRun:
         """Sample what the fidelity verdict needs around a measurement
         (testbed.measure.fidelity.Watch); ``probe``: two hosts to measure RTT under load
         between (testbed.measure.rtt)."""
-        from testbed.measure.fidelity import Watch
-
         return Watch(self.net, interval_s, probe)
 
     def queues(self, report: dict):
         """Count marks and drops at every port, and sample queue depths, while the block runs;
         the report lands in ``report["ecn"]`` (testbed.measure.queues.ecn_monitoring)."""
-        from testbed.measure.queues import ecn_monitoring
-
         return ecn_monitoring(self.net.marking, self.ecn, report)
 
 
@@ -155,13 +152,11 @@ class Experiment:
     @property
     def rate_decision(self) -> tuple[float, str]:
         """The link rate and why: the scenario's, else this machine's calibrated rate times
-        its margin (testbed.capacity.calibrate), else the experiment's safe default."""
+        its margin (testbed.harness.calibration), else the experiment's safe default."""
         if self._rate is None:
             if self.scenario.link_rate_mbit:
                 self._rate = (self.scenario.link_rate_mbit, "set by the scenario")
             else:
-                from testbed.capacity.calibrate import default_rate
-
                 self._rate = default_rate(self.platform, self.default_rate_mbit,
                                           self.max_default_rate_mbit)
         return self._rate
@@ -172,21 +167,15 @@ class Experiment:
 
     def fabric(self, **overrides) -> Fabric:
         """The scenario's topology (or ``default_topology``) at the run's rate and MTU."""
-        from testbed.harness.plans import build_fabric
-
         spec = self.scenario.topology or self.default_topology()
         return build_fabric(spec, overrides.get("rate_mbit", self.rate_mbit),
                             overrides.get("mtu_bytes", self.mtu_bytes))
 
     def default_topology(self):
-        from testbed.harness.scenario import FamilyTopology
-
         return FamilyTopology(name="fattree", k=4)
 
     def scenario_setup(self, name: str = "fabric", **kwargs) -> Setup:
         """The one setup the scenario describes: its fabric, routing, queue and hosts."""
-        from testbed.harness.plans import queue_plan, tcp_plan
-
         fabric = self.fabric()
         queue, record = queue_plan(self.scenario.queue, self.rate_mbit, self.mtu_bytes, fabric)
         anycast = (self.scenario.anycast.model_dump() if self.scenario.anycast is not None
@@ -235,61 +224,3 @@ class Resolved:
     platform: Platform
     setups: list[Setup]
     ecn_path: str | None  # how marked queues are marked here (decided once, for every setup)
-
-
-def resolve(scenario: Scenario) -> tuple[Resolved | None, list[Problem]]:
-    """Everything about ``scenario`` that needs more than the schema: its experiment and
-    parameters, which common sections that experiment honours, the topology and the other
-    names it refers to, and what the machine can do. Returns the problems found (the
-    resolved scenario only when there are none)."""
-    from testbed.capabilities import detect
-    from testbed.harness.plans import common_problems, ecn_path_for, target_problems
-    from testbed.harness.registry import experiment_classes
-    from testbed.harness.scenario import Problem, pydantic_problems
-
-    classes = experiment_classes()
-    cls = classes.get(scenario.experiment)
-    if cls is None:
-        return None, [Problem(("experiment",), f"unknown experiment {scenario.experiment!r}; "
-                              f"known: {', '.join(sorted(classes))}")]
-    problems: list[Problem] = []
-    try:
-        params = cls.Params.model_validate(scenario.params)
-    except ValidationError as err:
-        problems += pydantic_problems(err, ("params",))
-        params = None
-    for section in sorted(COMMON_SECTIONS - cls.sections):
-        given = getattr(scenario, section)
-        if section == ROUTING and given == "ecmp":
-            continue
-        if section == HOSTS and not given.model_fields_set:
-            continue
-        if given is not None:
-            problems.append(Problem((section,), f"{cls.name} sets this itself for each of its "
-                                    f"fabrics; leave it out"))
-    platform = detect()
-    problems += common_problems(scenario, cls, platform)
-    if problems or params is None:
-        return None, problems
-    experiment = cls(scenario, params, platform)
-    problems += experiment.problems()
-    setups: list[Setup] = []
-    if not problems:
-        try:
-            setups = experiment.setups()
-        except ConfigError as err:
-            problems.append(Problem(tuple(err.field.split(".")), err.problem))
-        except TestbedError as err:
-            problems.append(Problem((), str(err)))
-        problems += target_problems(scenario, setups)
-    ecn_path = None
-    if not problems:
-        try:
-            ecn_path = ecn_path_for(setups, scenario, platform)
-        except ConfigError as err:
-            problems.append(Problem(tuple(err.field.split(".")), err.problem))
-        except TestbedError as err:
-            problems.append(Problem(("queue",), str(err)))
-    if problems:
-        return None, problems
-    return Resolved(scenario, experiment, platform, setups, ecn_path), []

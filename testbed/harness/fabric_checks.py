@@ -3,14 +3,14 @@ reachability: OVS holds the select groups the controller computed, and every hos
 the anycast service (where a setup has one)."""
 from __future__ import annotations
 
+from testbed.controllers.routing.anycast import anycast_routes, replica_for_hosts
+from testbed.controllers.routing.fabric_state import AnycastService, FabricState
 from testbed.errors import TestbedError
+from testbed.system.ovs_tables import parse_groups
 
 
 def check_groups(net, setup) -> dict:
     """Compare the select groups OVS holds with the ones the controller was to install."""
-    from testbed.controllers.routing.fabric_state import AnycastService, FabricState
-    from testbed.system.ovs_tables import parse_groups
-
     anycast = AnycastService.from_dict(setup.anycast) if setup.anycast is not None else None
     tables = FabricState(net.fabric, setup.routing, anycast).tables
     expected = sum(len(t.groups) for t in tables.values())
@@ -31,9 +31,6 @@ def anycast_address_argv(service_ip: str) -> list[str]:
 def anycast_reachable(net, setup, log=print) -> dict:
     """Give every replica the service address, then prove every host reaches the service;
     returns which replica each host's requests should reach (routing.anycast)."""
-    from testbed.controllers.routing.anycast import anycast_routes, replica_for_hosts
-    from testbed.controllers.routing.fabric_state import AnycastService
-
     service = AnycastService.from_dict(setup.anycast)
     for name in service.replicas:
         out = net.host(name).cmd(*anycast_address_argv(service.service_ip))

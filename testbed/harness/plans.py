@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from testbed.apply.marking import object_is_current
+from testbed.capabilities import missing_capabilities
+from testbed.controllers.routing.fabric_state import anycast_problem, routing_problem
 from testbed.errors import ConfigError, TestbedError
 from testbed.harness.scenario import (
     HostsSpec,
@@ -13,14 +16,20 @@ from testbed.harness.scenario import (
     Scenario,
     topology_problems,
 )
+from testbed.model.topology import build
 from testbed.model.topology.base import Fabric
+from testbed.model.topology.explicit import explicit
+from testbed.plan.ecn_plan import choose_ecn_path
+from testbed.plan.loss_plan import Loss, every_link_cuts, link_cuts
+from testbed.plan.pfc import switch_fan_in
+from testbed.plan.port_queue import ALL_LINKS, Impairment, default_buffer_bytes, link_impairments
+from testbed.plan.profiles import QueueConfig
+from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_thresholds
+from testbed.plan.settings import ecn_settings, tcp_settings
 
 
 def build_fabric(spec, rate_mbit: float, mtu_bytes: int) -> Fabric:
     """The fabric a topology section describes, at the run's link rate and MTU."""
-    from testbed.model.topology import build
-    from testbed.model.topology.explicit import explicit
-
     if spec.family == "explicit":
         return explicit([n.model_dump() for n in spec.nodes],
                         [link if isinstance(link, list) else link.model_dump()
@@ -49,7 +58,6 @@ def queue_plan(spec: QueueSpec | None, rate_mbit: float, mtu_bytes: int,
         if key in (spec.ecn or {}):
             raise ConfigError(f"queue.ecn.{key}", f"set it on the queue (queue.{key}), not "
                               "under ecn")
-    from testbed.plan.pfc import switch_fan_in
 
     fan_in = switch_fan_in(fabric)
     queue, record = _rate_queue(spec, rate_mbit, mtu_bytes, fan_in)
@@ -71,11 +79,6 @@ def _rate_queue(spec: QueueSpec, rate_mbit: float, mtu_bytes: int, fan_in: int,
                 where: str = "") -> tuple:
     """The queue section's queue for ports at ``rate_mbit`` and its record; errors name the
     field inside ``queue`` and end with ``where``."""
-    from testbed.plan.port_queue import default_buffer_bytes
-    from testbed.plan.profiles import QueueConfig
-    from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_thresholds
-    from testbed.plan.settings import ecn_settings
-
     buffer_bytes = spec.buffer_bytes or default_buffer_bytes(rate_mbit, mtu_bytes)
     record: dict = {"buffer_bytes": buffer_bytes,
                     "buffer_rule": "as configured" if spec.buffer_bytes else
@@ -100,8 +103,6 @@ def _rate_queue(spec: QueueSpec, rate_mbit: float, mtu_bytes: int, fan_in: int,
 
 def tcp_plan(spec: HostsSpec, platform):
     """The hosts' congestion control and ECN on this machine (testbed.plan.settings)."""
-    from testbed.plan.settings import tcp_settings
-
     try:
         return tcp_settings(spec.tcp_ecn, spec.tcp_cc, platform)
     except ConfigError as err:
@@ -111,8 +112,6 @@ def tcp_plan(spec: HostsSpec, platform):
 def common_problems(scenario: Scenario, cls, platform) -> list[Problem]:
     """What is wrong with the sections every experiment shares: the topology's family and
     parameters, routing against the family, and kernel features the impairments need."""
-    from testbed.controllers.routing.fabric_state import routing_problem
-
     problems: list[Problem] = []
     if scenario.topology is not None:
         problems += topology_problems(scenario.topology)
@@ -141,8 +140,6 @@ def impairment_path(platform) -> str:
 def impairment_problems(specs, platform) -> list[Problem]:
     """Impairments this machine cannot make: without netem, a delay (or jitter) is refused,
     and loss needs what the eBPF loss program needs."""
-    from testbed.capabilities import missing_capabilities
-
     if impairment_path(platform) == IMPAIRMENT_NETEM:
         return []
     netem = platform.capabilities.get("sch_netem")
@@ -184,9 +181,6 @@ def impairment_plan(specs, fabric: Fabric, platform) -> ImpairmentPlan:
     path: netem at both ends of each impaired link (the later entry wins where they
     overlap), or both directions of each lossy link cut by the eBPF loss program (the later
     entry wins per direction)."""
-    from testbed.plan.loss_plan import Loss, every_link_cuts, link_cuts
-    from testbed.plan.port_queue import ALL_LINKS, Impairment, link_impairments
-
     if not specs:
         return ImpairmentPlan(None)
     links = [spec.model_dump() for spec in specs]
@@ -208,8 +202,6 @@ def impairment_plan(specs, fabric: Fabric, platform) -> ImpairmentPlan:
 
 def target_problems(scenario: Scenario, setups) -> list[Problem]:
     """Links, switches and anycast replicas a scenario names that some setup's fabric lacks."""
-    from testbed.controllers.routing.fabric_state import anycast_problem
-
     problems: list[Problem] = []
     for setup in setups:
         fabric = setup.fabric
@@ -239,8 +231,6 @@ def ecn_path_for(setups, scenario: Scenario, platform) -> str | None:
     setup that has a queue; None when none has."""
     if not any(setup.queue is not None for setup in setups):
         return None
-    from testbed.apply.marking import object_is_current
-    from testbed.plan.ecn_plan import choose_ecn_path
 
     prefer = scenario.queue.path if scenario.queue is not None else None
     try:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.measure.openflow import link_rate_series
+from testbed.model.records import port_samples, read_json_lines
 from testbed.model.topology.base import Fabric
+from testbed.model.topology.describe import draw
 
 OPENFLOW_PLOT_LINKS = 12  # link directions drawn in the OpenFlow utilisation plot
 BUSIEST_BARS = 15         # link directions named in the utilisation plot
@@ -55,9 +58,6 @@ def plot_openflow_utilisation(fabric: Fabric, port_stats_path: Path, window_mono
     """Utilisation over time of the busiest link directions, from the switches' own port
     counters as the controller polled them over OpenFlow (port-stats.jsonl); None when the
     run polled nothing."""
-    from testbed.measure.openflow import link_rate_series
-    from testbed.model.records import port_samples, read_json_lines
-
     series = link_rate_series(fabric, port_samples(read_json_lines(port_stats_path)))
     series = {label: points for label, points in series.items() if points}
     if not series:
@@ -180,6 +180,4 @@ def plot_weathermap(fabric: Fabric, utilisation: dict[str, float | None], title:
                     path: Path) -> Path:
     """The topology drawing with every link coloured by its measured utilisation (the
     busier of its two directions), from the switches' own counters."""
-    from testbed.model.topology.describe import draw
-
     return draw(fabric, path, utilisation=utilisation, title=title)

@@ -9,6 +9,7 @@ import html
 import json
 from pathlib import Path
 
+from testbed.errors import ConfigError
 from testbed.model.verdict import FAIL, PASS, Verdict
 
 
@@ -136,7 +137,6 @@ def load_summary(run_dir: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        from testbed.errors import ConfigError
         raise ConfigError(str(run_dir), "not a run folder (no summary.json)") from None
 
 

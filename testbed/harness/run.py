@@ -23,10 +23,23 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed.apply.network import check_root
+from testbed.apply.controller import write_anycast
+from testbed.apply.failures import FailureEvent, FailureSchedule
+from testbed.apply.network import FabricNetwork, check_root
 from testbed.apply.state import Ledger, RunLock, clean
 from testbed.errors import ConfigError, TestbedError
-from testbed.model.verdict import Verdict
+from testbed.harness.experiment import SetupRun
+from testbed.harness.fabric_checks import anycast_reachable, check_groups
+from testbed.harness.plans import impairment_plan
+from testbed.harness.plots import plot_weathermap
+from testbed.harness.progress import Progress
+from testbed.harness.provenance import provenance
+from testbed.harness.report import write_report
+from testbed.measure.openflow import openflow_summary
+from testbed.measure.pauses import agent_alive_checks
+from testbed.model.topology.base import Fabric
+from testbed.model.verdict import Verdict, trust_checks
+from testbed.plan.settings import EcnSettings
 
 
 def new_run_id(name: str) -> str:
@@ -116,8 +129,6 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
     of its own, under the machine's lock, then the verdict, plots, summary.json and the
     report. A run that fails or is interrupted part-way still writes summary.json (with its
     status and error) and a report of what it measured, then re-raises."""
-    from testbed.harness.progress import Progress
-
     scenario, experiment = resolved.scenario, resolved.experiment
     progress = progress or Progress(log)
     run_id = new_run_id(scenario.name)
@@ -140,8 +151,6 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
 
 def start_summary(resolved, run_id: str, workdir: Path) -> dict:
     """summary.json as a run starts: what runs, on what, from where; status ``running``."""
-    from testbed.harness.provenance import provenance
-
     scenario, experiment = resolved.scenario, resolved.experiment
     return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "experiment": experiment.name,
@@ -213,11 +222,6 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
     """A setup's fabric up in ``folder`` (its raw files) and proven ready (``prove_ready``),
     as a LiveSetup for the block; down when the block ends, however it ends. The run's lock
     and ledger (``machine``) are the caller's."""
-    from testbed.apply.controller import write_anycast
-    from testbed.apply.network import FabricNetwork
-    from testbed.harness.plans import impairment_plan
-    from testbed.plan.settings import EcnSettings
-
     scenario = resolved.scenario
     folder.mkdir(parents=True, exist_ok=True)
     if setup.anycast is not None:
@@ -303,9 +307,6 @@ def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress)
     """The experiment's measurement on a live setup, under the scenario's failure schedule;
     raw files go to ``folder``. Returns the setup's results (with its ``dir`` and
     ``bring_up``, and the ``failures`` applied when there is a schedule)."""
-    from testbed.apply.failures import FailureEvent, FailureSchedule
-    from testbed.harness.experiment import SetupRun
-
     events = [FailureEvent(e.at_s, e.action, tuple(e.link) if e.link else None, e.switch)
               for e in resolved.scenario.failures]
     result: dict = {"dir": str(folder), "bring_up": dict(live.bring_up)}
@@ -333,8 +334,6 @@ def impairment_record(plan, net) -> dict:
 def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
     """What a setup's results carry beside its measurement: the fabric's bring-up timings
     and the controller's files in ``folder`` summarised over the measured window."""
-    from testbed.measure.openflow import openflow_summary
-
     result["bring_up"]["timings_s"] = asdict(net.timings)
     result["bring_up"]["switchd"] = {**net.switchd.describe(),
                                      "host_cpus": list(net.cpu_layout.host_cpus),
@@ -347,8 +346,6 @@ def add_fabric_records(result: dict, net, folder: Path, fabric) -> dict:
 def prove_ready(net, setup, log) -> dict:
     """Every ordered host pair reachable, OVS holding the select groups the controller
     computed, and every host reaching the anycast service where there is one."""
-    from testbed.harness.fabric_checks import anycast_reachable, check_groups
-
     t0 = time.monotonic()
     sent, received = net.ping_all()
     n = len(setup.fabric.hosts)
@@ -367,10 +364,6 @@ def prove_ready(net, setup, log) -> dict:
 def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outcome:
     """The verdict, plots, summary.json and the report, for a run that ended in any way; the
     run folder is handed to the user who ran sudo."""
-    from testbed.harness.report import write_report
-    from testbed.measure.pauses import agent_alive_checks
-    from testbed.model.verdict import Verdict, trust_checks
-
     summary["finished_at"] = _now()
     summary["results"] = results
     verdict = Verdict()
@@ -419,9 +412,6 @@ def weathermaps(results: dict[str, dict], folder: Path, title: str) -> list[Path
     """Every setup's topology with its links coloured by the utilisation the switches' own
     port counters measured over the setup's measured window (its whole run when it names
     none)."""
-    from testbed.harness.plots import plot_weathermap
-    from testbed.model.topology.base import Fabric
-
     paths = []
     for name, result in results.items():
         counters = (result.get("openflow") or {}).get("port_counters") or {}

@@ -1,7 +1,7 @@
 """Scenarios: one typed, validated YAML schema for every experiment.
 
     name: fattree-allreduce
-    experiment: allreduce              # testbed.harness.registry
+    experiment: allreduce              # testbed.experiments.registry
     topology: {name: fattree, k: 4}    # a family and its parameters, or explicit nodes/links
     link_rate_mbit: 6
     queue: {classes: true, pfc: true, ecn: {scheme: dctcp}}
@@ -11,10 +11,12 @@
     params: {size_bytes: 2097152}      # the experiment's own parameters
 
 The structure is a pydantic model (``Scenario``; its JSON schema, with every experiment's
-``params``, is published as testbed/scenarios/schema.json for editors). Loading reports every
-problem at once, each with its field path and, from a file, its line: structural ones from the
-schema, then what needs more than one field or the machine (a topology's parameters, routing
-against the topology, names of links and hosts, kernel features an impairment needs).
+``params``, is published as testbed/scenarios/schema.json for editors). Loading
+(``testbed.experiments.registry.load``, which knows the experiments) reports every problem at
+once, each with its field path and, from a file, its line: structural ones from the schema,
+then what needs more than one field or the machine (a topology's parameters, routing against
+the topology, names of links and hosts, kernel features an impairment needs). This module
+knows no experiment: the experiments import it.
 """
 from __future__ import annotations
 
@@ -32,13 +34,13 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from testbed.errors import ConfigError
+from testbed.model.topology import BUILDERS
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
 FAILURE_ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "controller_restart")
@@ -288,8 +290,6 @@ def dedupe(problems: list[Problem]) -> list[Problem]:
 def builder_parameters(builder, given: dict) -> list[str]:
     """The parameters a topology builder takes, beside the rate and MTU the scenario sets;
     a builder over a ``base`` family (nvswitch) takes that family's parameters too."""
-    from testbed.model.topology import BUILDERS
-
     names, extended = [], False
     for name, parameter in inspect.signature(builder).parameters.items():
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
@@ -306,8 +306,6 @@ def builder_parameters(builder, given: dict) -> list[str]:
 def topology_problems(spec) -> list[Problem]:
     """Unknown families and parameters by name, with the valid ones; then the builder's own
     checks (testbed.model.topology)."""
-    from testbed.model.topology import BUILDERS
-
     if spec.family == "explicit":
         return []
     builder = BUILDERS.get(spec.name)
@@ -424,16 +422,6 @@ def read_text(path: str | Path) -> str:
         raise ConfigError(str(path), "not a text (UTF-8) file") from None
 
 
-def load(path: str | Path, overrides: dict | None = None):
-    """Read, merge ``overrides`` (dotted field -> value, from the command line) and validate a
-    scenario file; returns a testbed.harness.experiment.Resolved. A bundled scenario may be
-    named without its folder and suffix (``testbed run fattree-allreduce``)."""
-    text = read_text(path)
-    data = parse_yaml(text, str(path))
-    return validate(merge(data, overrides or {}), str(path), yaml_lines(text),
-                    duplicate_keys(text))
-
-
 def merge(data: dict, overrides: dict) -> dict:
     """``{"params.size_bytes": 4096}`` written into a copy of ``data``."""
     data = json.loads(json.dumps(data))
@@ -451,80 +439,9 @@ def merge(data: dict, overrides: dict) -> dict:
     return data
 
 
-def validate(data: dict, source: str = "scenario", lines: dict | None = None,
-             early: list[Problem] | None = None):
-    """Every problem of a scenario mapping at once (ScenarioError), or the scenario with
-    its experiment, parameters and platform resolved."""
-    from testbed.harness.experiment import resolve
-
-    problems = list(early or [])
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as err:
-        problems += pydantic_problems(err)
-        scenario = None
-    if scenario is None:
-        problems += section_problems(data)
-    resolved = None
-    if scenario is not None:
-        resolved, more = resolve(scenario)
-        problems += more
-    if problems:
-        lines = lines or {}
-        located = sorted((Problem(p.path, p.message, p.line or nearest_line(lines, p.path))
-                          for p in dedupe(problems)), key=lambda p: p.line or 0)
-        raise ScenarioError(source, located)
-    return resolved
-
-
-def section_problems(data: dict) -> list[Problem]:
-    """When the scenario as a whole did not validate, the problems of the sections that can
-    be checked on their own: the topology's parameters and the experiment's params."""
-    from testbed.harness.registry import experiment_classes
-
-    problems = []
-    if isinstance(data.get("topology"), dict):
-        try:
-            problems += topology_problems(TypeAdapter(TopologySpec).validate_python(
-                data["topology"]))
-        except ValidationError:
-            pass
-    cls = experiment_classes().get(data.get("experiment", "allreduce"))
-    if cls is not None and isinstance(data.get("params", {}), dict):
-        try:
-            cls.Params.model_validate(data.get("params", {}))
-        except ValidationError as err:
-            problems += pydantic_problems(err, ("params",))
-    return problems
-
-
 def nearest_line(lines: dict[tuple, int], path: tuple) -> int | None:
     """The line of ``path`` or of its closest parent that the file spells out."""
     for end in range(len(path), 0, -1):
         if path[:end] in lines:
             return lines[path[:end]]
     return None
-
-
-def json_schema() -> dict:
-    """The scenario schema for editors (JSON Schema 2020-12): the common fields, and each
-    experiment's ``params`` chosen by ``experiment``."""
-    from testbed.harness.registry import experiment_classes
-
-    schema = Scenario.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "testbed scenario"
-    defs = schema.setdefault("$defs", {})
-    classes = experiment_classes()
-    schema["properties"]["experiment"]["enum"] = sorted(classes)
-    branches = []
-    for name, cls in sorted(classes.items()):
-        params = cls.Params.model_json_schema()
-        for key, sub in params.pop("$defs", {}).items():
-            defs[key] = sub
-        ref = f"{cls.Params.__name__}_{name.replace('-', '_')}"
-        defs[ref] = params
-        branches.append({"if": {"properties": {"experiment": {"const": name}}},
-                         "then": {"properties": {"params": {"$ref": f"#/$defs/{ref}"}}}})
-    schema["allOf"] = branches
-    return schema

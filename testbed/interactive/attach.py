@@ -1,7 +1,8 @@
 """A running fabric reached from any process on the machine: by the PIDs of its hosts' shells
 (whose network and mount namespaces a command joins with ``mnexec -a PID``), its description
 (the fabric.json it was built from) and its OVS. ``testbed exec`` and ``testbed cli`` use it on
-the fabric ``testbed up`` keeps; the Python API (testbed.api) on the fabric it brought up.
+the fabric ``testbed up`` keeps (``SessionState``, what its holder publishes); the Python API
+(testbed.api) on the fabric it brought up.
 
 The pure parts (argv building, the answers of pingall, the ``links`` and ``net`` listings, the
 tables) are functions of plain data; ``Attached`` applies them, and needs root as the fabric
@@ -10,15 +11,25 @@ records, so they go with the fabric whatever becomes of this process.
 """
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.apply import ovs
+from testbed.apply.network import set_interfaces
+from testbed.apply.state import STATE_DIR, process_start_ticks
+from testbed.drive.flows import run_flows
 from testbed.errors import TestbedError
 from testbed.model.topology.base import Fabric, Link
+from testbed.plan.bring_up import fping_argv, link_interfaces, root_ends
+from testbed.system.ovs_tables import parse_flows, parse_groups
 
+SESSION_PATH = STATE_DIR / "session.json"  # the fabric ``testbed up`` keeps (SessionState)
 MNEXEC = "mnexec"
 PING_TIMEOUT_MS = 1000
 PING_RETRIES = 2  # a probe lost on a busy machine is not a host out of reach
@@ -56,8 +67,6 @@ def links_not_up(fabric: Fabric,
                  operstate: Callable[[str], str]) -> list[tuple[Link, list[str]]]:
     """Every link with its root-namespace ends that are not up (``operstate`` reads one
     interface's state): none for a link that is up."""
-    from testbed.plan.bring_up import root_ends
-
     return [(link, [intf for intf in root_ends(fabric, link) if operstate(intf) != "up"])
             for link in fabric.links]
 
@@ -89,8 +98,6 @@ def plural(count: int, noun: str) -> str:
 
 def group_lines(switch: str, text: str) -> list[str]:
     """``ovs-ofctl dump-groups`` output, one line a group: id, type and buckets."""
-    from testbed.system.ovs_tables import parse_groups
-
     groups = parse_groups(text)
     return [f"{switch}: {plural(len(groups), 'group')}",
             *(f"  group {g.group_id} {g.type}: {' | '.join(g.buckets) or 'no buckets'}"
@@ -100,8 +107,6 @@ def group_lines(switch: str, text: str) -> list[str]:
 def flow_lines(switch: str, text: str) -> list[str]:
     """``ovs-ofctl dump-flows`` output, one line a flow: table, priority, counters, match
     and actions."""
-    from testbed.system.ovs_tables import parse_flows
-
     flows = parse_flows(text)
     return [f"{switch}: {plural(len(flows), 'flow')}",
             *(f"  table {f.table} priority {f.priority} packets {f.packets} bytes {f.bytes}"
@@ -155,8 +160,6 @@ class Attached:
     def reachability(self) -> tuple[list[str], int, int]:
         """Every host pings every other host (one fping per host, all at once, paced);
         Mininet's pingall answer (``ping_report``)."""
-        from testbed.plan.bring_up import fping_argv
-
         hosts, ips = self.host_names, self.ips
 
         def probe(host: str) -> set[str]:
@@ -173,8 +176,6 @@ class Attached:
 
     def iperf(self, client: str, server: str, seconds: int = DEFAULT_IPERF_S) -> float:
         """Mbit/s ``server`` received from one iperf3 TCP flow from ``client``."""
-        from testbed.drive.flows import run_flows
-
         for host in (client, server):
             self.pid(host)
         rates, errors = run_flows(self, [(client, server)], seconds, 0)
@@ -184,9 +185,6 @@ class Attached:
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Take the link between nodes ``a`` and ``b`` down or up, as a cut cable."""
-        from testbed.apply.network import set_interfaces
-        from testbed.plan.bring_up import link_interfaces
-
         set_interfaces(link_interfaces(self.fabric, a, b), up)
 
     def links(self) -> list[str]:
@@ -204,3 +202,67 @@ class Attached:
     def dump_groups(self, switch: str) -> str:
         """``ovs-ofctl dump-groups`` of one switch, as OVS prints it."""
         return self.switchd.dump_groups(self._switch(switch))
+
+
+# --- what `testbed up` publishes -----------------------------------------------------------
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class SessionState:
+    """What the holder of a fabric kept up publishes: enough for any process to find it."""
+
+    run_id: str
+    scenario: str  # the scenario's name
+    source: str  # the scenario file or bundled name ``testbed up`` was given
+    setup: str
+    workdir: str  # the run folder: fabric.json, controller.log, holder.log, OVS logs
+    holder_pid: int
+    holder_start_ticks: int
+    hosts: dict[str, int]  # host name -> PID of its shell (its namespaces)
+    host_start_ticks: dict[str, int]
+    ips: dict[str, str]
+    switches: list[str]
+    datapath: str  # "user" (the run's own OVS, ovs_rundir) or "kernel" (the machine's)
+    ovs_rundir: str | None
+    controller_port: int
+    started_at: str = field(default_factory=now_iso)
+
+    def save(self, path: Path | None = None) -> None:
+        path = path or SESSION_PATH
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> SessionState | None:
+        try:
+            return cls(**json.loads((path or SESSION_PATH).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    @staticmethod
+    def discard(path: Path | None = None) -> None:
+        (path or SESSION_PATH).unlink(missing_ok=True)
+
+    def holder_alive(self) -> bool:
+        """Is the recorded holder still that process (not a reused PID)?"""
+        return process_start_ticks(self.holder_pid) == self.holder_start_ticks
+
+    def live_hosts(self) -> list[str]:
+        return [name for name, pid in self.hosts.items()
+                if process_start_ticks(pid) == self.host_start_ticks.get(name)]
+
+    def fabric(self):
+        """The description the fabric was built from (its fabric.json)."""
+        return Fabric.load_json(Path(self.workdir) / "fabric.json")
+
+    def attach(self):
+        """The fabric as testbed.interactive.attach.Attached, for commands from this process."""
+        switchd = (ovs.PrivateSwitchd(None, Path(self.ovs_rundir)) if self.ovs_rundir
+                   else ovs.SystemSwitchd(None))
+        return Attached(self.fabric(), dict(self.hosts), switchd)

@@ -29,83 +29,20 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed.apply.state import STATE_DIR, process_start_ticks
+import testbed
 from testbed.errors import TestbedError
+from testbed.experiments.registry import load
+from testbed.harness.run import interrupts_as_exceptions
+from testbed.interactive.attach import SessionState
+from testbed.interactive.live import LiveFabric
 
-SESSION_PATH = STATE_DIR / "session.json"
 HOLDER_LOG = "holder.log"
 READY_TIMEOUT_S = 900.0  # a k=8 fat-tree is up in about 10 s; slow machines take longer
 DOWN_TIMEOUT_S = 180.0   # the holder's tear-down, before ``testbed down`` gives up on it
 POLL_S = 0.1
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass
-class SessionState:
-    """What the holder of a fabric kept up publishes: enough for any process to find it."""
-
-    run_id: str
-    scenario: str  # the scenario's name
-    source: str  # the scenario file or bundled name ``testbed up`` was given
-    setup: str
-    workdir: str  # the run folder: fabric.json, controller.log, holder.log, OVS logs
-    holder_pid: int
-    holder_start_ticks: int
-    hosts: dict[str, int]  # host name -> PID of its shell (its namespaces)
-    host_start_ticks: dict[str, int]
-    ips: dict[str, str]
-    switches: list[str]
-    datapath: str  # "user" (the run's own OVS, ovs_rundir) or "kernel" (the machine's)
-    ovs_rundir: str | None
-    controller_port: int
-    started_at: str = field(default_factory=now_iso)
-
-    def save(self, path: Path | None = None) -> None:
-        path = path or SESSION_PATH
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: Path | None = None) -> SessionState | None:
-        try:
-            return cls(**json.loads((path or SESSION_PATH).read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    @staticmethod
-    def discard(path: Path | None = None) -> None:
-        (path or SESSION_PATH).unlink(missing_ok=True)
-
-    def holder_alive(self) -> bool:
-        """Is the recorded holder still that process (not a reused PID)?"""
-        return process_start_ticks(self.holder_pid) == self.holder_start_ticks
-
-    def live_hosts(self) -> list[str]:
-        return [name for name, pid in self.hosts.items()
-                if process_start_ticks(pid) == self.host_start_ticks.get(name)]
-
-    def fabric(self):
-        """The description the fabric was built from (its fabric.json)."""
-        from testbed.model.topology.base import Fabric
-
-        return Fabric.load_json(Path(self.workdir) / "fabric.json")
-
-    def attach(self):
-        """The fabric as testbed.interactive.attach.Attached, for commands from this process."""
-        from testbed.apply import ovs
-        from testbed.interactive.attach import Attached
-
-        switchd = (ovs.PrivateSwitchd(None, Path(self.ovs_rundir)) if self.ovs_rundir
-                   else ovs.SystemSwitchd(None))
-        return Attached(self.fabric(), dict(self.hosts), switchd)
 
 
 def running_session() -> SessionState:
@@ -183,8 +120,6 @@ class HolderSpec:
 def hold(spec: HolderSpec, log=print) -> int:
     """The holder's life: bring the fabric up, publish it, report ready, wait for a signal,
     take it down. Returns the exit status."""
-    from testbed.harness.run import interrupts_as_exceptions
-
     os.set_inheritable(spec.ready_fd, False)  # the fabric's processes never hold the pipe
     ready = os.fdopen(spec.ready_fd, "w")
 
@@ -220,9 +155,6 @@ def hold(spec: HolderSpec, log=print) -> int:
 
 def hold_fabric(spec: HolderSpec, report, log) -> int:
     """Up, published, ready, then down at the first SIGTERM, SIGHUP or SIGINT."""
-    from testbed.api import LiveFabric
-    from testbed.harness.scenario import load
-
     resolved = load(spec.source, spec.overrides)
     with LiveFabric(resolved, spec.setup, log=log, run_id=spec.run_id,
                 workdir=Path(spec.workdir)) as fab:
@@ -241,8 +173,6 @@ def hold_fabric(spec: HolderSpec, report, log) -> int:
 def holder_environment() -> dict[str, str]:
     """This environment, with the testbed package that runs ``testbed up`` first on the
     holder's import path: the holder runs the same code, wherever it is started from."""
-    import testbed
-
     root = str(Path(testbed.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}

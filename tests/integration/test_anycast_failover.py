@@ -10,7 +10,7 @@ import pytest
 
 from testbed.capabilities import detect
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 from testbed.measure.anycast_failover import FAT_TREE_K4
 
 pytestmark = pytest.mark.stock_kernel

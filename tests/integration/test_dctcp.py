@@ -21,7 +21,7 @@ from testbed.capabilities import detect
 from testbed.experiments.dctcp.bench import QUEUE_FILE
 from testbed.experiments.dctcp.replot import replot
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 from testbed.plan.ecn_plan import ECN_PATH_EBPF
 
 pytestmark = pytest.mark.stock_kernel

@@ -9,7 +9,7 @@ every flow to its end, and each setup's fidelity verdict over its measured windo
 from __future__ import annotations
 
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 
 PATTERNS = ["stride4", "stride8"]
 SHORTENED = {"params.patterns": PATTERNS, "params.seconds": 4, "params.omit_s": 1}

@@ -14,7 +14,7 @@ def test_allreduce_across_a_scheduled_failure_completes_with_verified_data(tmp_p
     verified sum, and the controller saw both events. Trust is not asserted: the ring is
     meant to lose rate while the link is down."""
     from testbed.harness.run import run_scenario
-    from testbed.harness.scenario import load
+    from testbed.experiments.registry import load
 
     fabric = build("fattree", k=4, host_rate_mbit=RATE_MBIT)
     link, end = next((link, end) for link in fabric.links for end in (0, 1)

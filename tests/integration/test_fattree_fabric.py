@@ -13,7 +13,7 @@ from testbed.controllers.routing.ecmp import compute_rules
 from testbed.harness.experiment import SetupRun
 from testbed.drive.flows import start_iperf_server
 from testbed.harness.progress import QuietProgress
-from testbed.harness.scenario import validate
+from testbed.experiments.registry import validate
 from testbed.model.topology import build
 
 RATE_MBIT = 6.0

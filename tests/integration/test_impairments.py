@@ -24,7 +24,7 @@ import pytest
 from testbed.apply.network import FabricNetwork
 from testbed.capabilities import detect, fabric_datapath
 from testbed.errors import ConfigError
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 from testbed.model.topology import build
 from testbed.plan.port_queue import Impairment, link_impairments
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from testbed.experiments.incast.checks import MODES
 from testbed.experiments.incast.experiment import summary_cell
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 
 FANIN = 15
 ROUNDS = 20  # as the scenario: with 10, drop-tail once had a single RTO and ECN one too

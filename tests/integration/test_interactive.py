@@ -19,7 +19,8 @@ from tests.integration.conftest import REPO, assert_clean, leftovers
 import testbed.api
 from testbed.apply.controller import EVENTS_FILE
 from testbed.controllers.routing.fabric_state import FabricState
-from testbed.interactive.session import SessionState, signal_holder, wait_gone
+from testbed.interactive.attach import SessionState
+from testbed.interactive.session import signal_holder, wait_gone
 from testbed.measure.failover import ping_received, wait_for_event
 from testbed.model.topology.fattree import fat_tree
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from testbed.cli import EXIT_VERDICT
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 
 OVERLOAD_RATE_MBIT = 2000  # several times this kind of machine's k=4 ceiling
 OVERLOAD_CHECKS = {"machine CPU busy", "ovs-vswitchd busiest thread", "busiest link delivery",

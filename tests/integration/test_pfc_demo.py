@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from testbed.experiments.pfc_demo.checks import CONDITIONS, LOSSY, PFC, PFC_ECN
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 
 CHECKS_PER_RUN = 5  # head-of-line blocking, spreading, ECN's cut, lossless in two runs
 

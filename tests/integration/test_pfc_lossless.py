@@ -17,7 +17,7 @@ import pytest
 
 from testbed.capabilities import detect
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 from testbed.measure.pauses import CAPTURE_FILE
 
 pytestmark = pytest.mark.stock_kernel

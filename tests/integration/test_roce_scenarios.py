@@ -9,7 +9,7 @@ import pytest
 
 from testbed.capabilities import detect
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 
 
 def test_the_harness_takes_loss_impairments_without_netem(tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.harness.run import run_scenario
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 
 RATE_MBIT = 6
 SPINE_LEAF = {"name": "spineleaf", "leaves": 2, "spines": 1, "hosts_per_leaf": 2}

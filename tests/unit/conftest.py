@@ -1,4 +1,4 @@
-"""Unit tests never read this machine's calibration (testbed.capacity.calibrate): a run's
+"""Unit tests never read this machine's calibration (testbed.harness.calibration): a run's
 default link rate must not depend on whether someone calibrated the machine."""
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-import testbed.apply.network
-import testbed.harness.registry
+import testbed.experiments.registry
 import testbed.harness.run
+import testbed.interactive.live
 from testbed.apply.network import Timings
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.errors import TestbedError
@@ -242,9 +242,11 @@ def standins(monkeypatch):
     StandInNetwork.made = []
     StandInExperiment.runs = []
     monkeypatch.setattr(StandInExperiment, "fail_with", None)
-    monkeypatch.setattr(testbed.harness.run, "machine", machine)
-    monkeypatch.setattr(testbed.apply.network, "FabricNetwork", StandInNetwork)
-    monkeypatch.setitem(testbed.harness.registry.EXPERIMENTS, "standin",
+    for module in (testbed.harness.run, testbed.interactive.live):  # where they are looked up
+        monkeypatch.setattr(module, "machine", machine)
+    monkeypatch.setattr(testbed.harness.run, "FabricNetwork", StandInNetwork)
+    monkeypatch.setitem(testbed.experiments.registry.EXPERIMENTS, "standin",
                         "tests.unit.stand_ins:StandInExperiment")
-    monkeypatch.setitem(testbed.harness.registry.EXPERIMENTS, "standin-two", "tests.unit.stand_ins:TwoFabrics")
+    monkeypatch.setitem(testbed.experiments.registry.EXPERIMENTS, "standin-two",
+                        "tests.unit.stand_ins:TwoFabrics")
     return held

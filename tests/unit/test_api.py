@@ -10,7 +10,8 @@ import pytest
 from tests.unit.stand_ins import StandInExperiment, StandInNetwork, standins  # noqa: F401 (a fixture)
 
 from testbed import errors
-from testbed.api import (
+from testbed.harness.experiment import Setup
+from testbed.interactive.live import (
     LiveFabric,
     choose_setup,
     link_rates_mbit,
@@ -19,7 +20,6 @@ from testbed.api import (
     setup_differences,
     up,
 )
-from testbed.harness.experiment import Setup
 
 RATE_TOLERANCE_MBIT = 1e-9
 
@@ -176,3 +176,11 @@ def test_a_failing_measurement_leaves_the_fabric_up(tmp_path, standins, monkeypa
         assert not fab.net.stopped
         (folder,) = (fab.workdir / "runs").iterdir()
         assert '"status": "failed"' in (folder / "summary.json").read_text()
+
+
+def test_the_api_names_the_live_fabric():
+    import testbed.api
+    import testbed.interactive.live as live
+
+    assert (testbed.api.up, testbed.api.LiveFabric) == (live.up, live.LiveFabric)
+    assert testbed.api.__all__ == ["LiveFabric", "up"]

@@ -15,7 +15,7 @@ import testbed
 import testbed.harness.run
 from testbed.cli import EXIT_OK, EXIT_USAGE, EXIT_VERDICT, main, parse_params
 from testbed.errors import ConfigError
-from testbed.harness.registry import EXPERIMENTS, experiment_classes
+from testbed.experiments.registry import EXPERIMENTS, experiment_classes
 from testbed.harness.run import Outcome
 from testbed.model.verdict import Verdict, at_least
 

@@ -36,7 +36,6 @@ from testbed.model.topology.base import (
 from testbed.model.topology.checks import (
     check_count,
     check_interface_names,
-    check_mtu,
     check_rate,
 )
 
@@ -108,19 +107,3 @@ def nvswitch_nodes(base: Fabric, gpus_per_node: int = 4, nvlink_ratio: float = 1
         add_nvlinks(fabric, host.name, gpus_per_node, nvlink)
     check_interface_names(fabric, "base", "use a smaller base fabric")
     return fabric
-
-
-def nvswitch(base: str = "fattree", gpus_per_node: int = 4, nvlink_ratio: float = 18.0,
-             host_rate_mbit: float = 100.0, mtu_bytes: int = 9000, **base_params) -> Fabric:
-    """Build the named base fabric (remaining keywords go to its builder), NIC rate
-    ``host_rate_mbit``, and turn its hosts into NVSwitch nodes."""
-    from testbed.model.topology import BUILDERS  # the registry imports this module
-
-    if not isinstance(base, str) or base not in BUILDERS or base == "nvswitch":
-        known = ", ".join(name for name in BUILDERS if name != "nvswitch")
-        raise ConfigError("base", f"must be one of {known}, got {base!r}")
-    check_count("gpus_per_node", gpus_per_node, maximum=MAX_GPUS)
-    check_rate("host_rate_mbit", host_rate_mbit)
-    check_mtu(mtu_bytes)
-    return nvswitch_nodes(BUILDERS[base](host_rate_mbit=host_rate_mbit, mtu_bytes=mtu_bytes,
-                                         **base_params), gpus_per_node, nvlink_ratio)

@@ -30,7 +30,7 @@ from testbed.capabilities import (
 )
 from testbed.errors import ConfigError
 from testbed.harness.plots import plot_queue_depth
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 from testbed.measure.queues import (
     QueueSeries,
     anchor_errors,

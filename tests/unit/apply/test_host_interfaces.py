@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from tests.unit.stand_ins import shell_less_host
 
-from testbed.api import MininetView
 from testbed.apply.network import FabricNetwork, register_host_interface
+from testbed.interactive.live import MininetView
 from testbed.model.topology.fattree import fat_tree
 from testbed.plan.bring_up import HOST_PREFIX_LEN, host_script
 

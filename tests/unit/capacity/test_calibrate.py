@@ -7,16 +7,18 @@ import pytest
 
 from testbed.capacity.calibrate import (
     MARGIN,
-    Calibration,
     Trial,
-    default_rate,
-    load_calibration,
     next_rate,
     result_of,
     ring_topology,
     ring_world,
-    save_calibration,
     trial_size_bytes,
+)
+from testbed.harness.calibration import (
+    Calibration,
+    default_rate,
+    load_calibration,
+    save_calibration,
 )
 
 MACHINE = {"cpu_model": "x", "cpus": 2, "kernel": "6.1", "ovs_version": "3.1.0",
@@ -80,9 +82,9 @@ def test_without_a_calibration_a_run_takes_the_safe_rate_and_says_so(tmp_path):
 
 
 def test_a_calibration_for_this_machine_gives_the_rate_times_the_margin(tmp_path, monkeypatch):
-    import testbed.capacity.calibrate as calibrate
+    import testbed.harness.calibration as calibration
 
-    monkeypatch.setattr(calibrate, "machine_description", lambda platform: MACHINE)
+    monkeypatch.setattr(calibration, "machine_description", lambda platform: MACHINE)
     path = save_calibration(Calibration(150.0, MARGIN, MACHINE, [], "2026-12-01"),
                             tmp_path / "c.json")
     rate, why = default_rate(None, 6.0, path=path)

@@ -25,7 +25,7 @@ from testbed.controllers.apps.launcher import parse_args
 from testbed.controllers.routing.fabric_state import AnycastService
 from testbed.errors import ConfigError
 from testbed.experiments.allreduce.experiment import ecmp_spread
-from testbed.harness.scenario import load, validate
+from testbed.experiments.registry import load, validate
 from testbed.measure.telemetry import link_directions
 from testbed.model.topology import build
 

@@ -152,7 +152,7 @@ def test_rank0_progress_reads_its_progress_lines(tmp_path):
 
 
 def test_ecmp_spread_is_not_judged_when_the_ranks_ran_one_channel():
-    from testbed.harness.scenario import load
+    from testbed.experiments.registry import load
     from testbed.model.verdict import FAIL, NOT_JUDGED
 
     experiment = load("fattree-allreduce", {}).experiment

@@ -152,7 +152,7 @@ FAILOVER = {"client": "p0e1h0", "far": "p3e1h1", "near": "p0e0h0", "interface": 
 
 
 def anycast_experiment():
-    from testbed.harness.scenario import load
+    from testbed.experiments.registry import load
 
     return load("fattree-anycast-failover").experiment
 
@@ -172,7 +172,8 @@ def test_the_checks_hold_both_moves_and_the_outage_to_the_goal():
 
 
 def test_a_client_that_is_a_replica_is_refused_naming_params_client(tmp_path):
-    from testbed.harness.scenario import ScenarioError, load
+    from testbed.experiments.registry import load
+    from testbed.harness.scenario import ScenarioError
 
     text = (Path(__file__).resolve().parents[3] / "scenarios" /
             "fattree-anycast-failover.yaml").read_text().replace("client: p0e1h0",

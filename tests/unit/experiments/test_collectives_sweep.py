@@ -13,7 +13,8 @@ from testbed.experiments.collectives_sweep.experiment import (
     parse_sweep,
     row_cell,
 )
-from testbed.harness.scenario import ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import ScenarioError
 from testbed.plan.training import cost_links
 
 MIB = 2**20

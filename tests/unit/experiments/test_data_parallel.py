@@ -12,7 +12,8 @@ from testbed.experiments.data_parallel.experiment import (
     relative_error,
     run_summary,
 )
-from testbed.harness.scenario import ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import ScenarioError
 from testbed.plan.training import cost_links
 
 SMALL = {"topology": {"name": "spineleaf", "leaves": 2, "spines": 1, "hosts_per_leaf": 2},

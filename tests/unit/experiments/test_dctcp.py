@@ -43,7 +43,8 @@ from testbed.experiments.dctcp.checks import (
 )
 from testbed.experiments.dctcp.experiment import Dctcp, DctcpParams
 from testbed.harness.run import Outcome
-from testbed.harness.scenario import Scenario, load
+from testbed.experiments.registry import load
+from testbed.harness.scenario import Scenario
 from testbed.measure.fidelity import judge
 from testbed.measure.telemetry import link_directions
 from testbed.model.bench import bench_fabric, bench_of

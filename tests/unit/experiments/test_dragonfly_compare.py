@@ -18,7 +18,7 @@ from testbed.experiments.dragonfly_routing.experiment import (
     shift_pairs,
 )
 from testbed.harness.progress import QuietProgress
-from testbed.harness.scenario import load, validate
+from testbed.experiments.registry import load, validate
 from testbed.measure.fidelity import judge
 from testbed.measure.patterns import PatternResult
 from testbed.model.topology.dragonfly import dragonfly

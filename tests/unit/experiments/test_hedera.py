@@ -26,7 +26,7 @@ from testbed.experiments.hedera.experiment import (
 )
 from testbed.harness.progress import QuietProgress
 from testbed.harness.run import Outcome
-from testbed.harness.scenario import load, validate
+from testbed.experiments.registry import load, validate
 from testbed.measure.fidelity import judge
 from testbed.measure.patterns import PatternResult
 from testbed.model.topology.fattree import fat_tree

@@ -22,7 +22,6 @@ import pytest
 from pydantic import ValidationError
 from tests.unit.stand_ins import StandInRun, record_runs
 
-import testbed.harness.scenario
 from testbed.measure.pauses import agent_alive_checks
 from testbed import errors
 from testbed.capabilities import Platform, choose_paths, probe_capabilities
@@ -60,7 +59,8 @@ from testbed.experiments.incast.workload import (
     server_argv,
 )
 from testbed.drive.flows import counter_deltas, parse_proc_net, tcp_loss_counters
-from testbed.harness.scenario import Scenario, ScenarioError, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import Scenario, ScenarioError
 from testbed.measure.stats import percentile
 from testbed.model.topology.fattree import fat_tree
 from testbed.plan.modes import LOSSLESS_DSCP, mode_tcp
@@ -172,11 +172,11 @@ def test_the_bundled_scenarios():
     sweep = validate({"name": "incast", "experiment": "incast", "link_rate_mbit": 10,
                       "params": {"fanins": [1, 3, 7, 15]}})
     assert [s.name for s in sweep.setups] == list(MODES)
-    lossless = testbed.harness.scenario.load("pfc-lossless")
+    lossless = load("pfc-lossless")
     assert [s.name for s in lossless.setups] == [PFC]
     p = lossless.experiment.params
     assert p.capture_pauses and p.fanins == [15] and p.buffer_bytes == 300_000
-    bundled = testbed.harness.scenario.load("incast")
+    bundled = load("incast")
     assert [s.queue.buffer_bytes for s in bundled.setups] == [48_000, 48_000, 62_500]
 
 

@@ -21,7 +21,8 @@ from testbed.experiments.parameter_server.experiment import (
     ps_summary,
     server_port,
 )
-from testbed.harness.scenario import ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import ScenarioError
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.training import cost_links
 

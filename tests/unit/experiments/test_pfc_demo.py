@@ -41,7 +41,8 @@ from testbed.experiments.pfc_demo.spreading import (
     spreading,
 )
 from testbed.drive.flows import SERVER_START_S
-from testbed.harness.scenario import Scenario, ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import Scenario, ScenarioError
 from testbed.plan.pfc import PAUSE, RESUME, switch_fan_in
 from testbed.plan.profiles import StepEcn
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, pfc_headroom_bytes

@@ -16,7 +16,8 @@ from testbed.experiments.pipeline_parallel.experiment import (
     measured_peak_in_flight,
     schedule_summary,
 )
-from testbed.harness.scenario import ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import ScenarioError
 from testbed.traffic.training.pipeline import SCHEDULES, simulate_pipeline
 
 SMALL = {"topology": {"name": "spineleaf", "leaves": 2, "spines": 1, "hosts_per_leaf": 2},

@@ -9,7 +9,8 @@ import testbed.experiments.replay.experiment as replay_module
 from tests.unit.loopback_fabric import LoopbackRun, measure_setups
 from testbed.capabilities import Capability
 from testbed.experiments.replay.experiment import completion_stretch, rank_trace_path
-from testbed.harness.scenario import ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import ScenarioError
 from testbed.plan.training import cost_links
 from testbed.traffic.training.replay import load_trace
 

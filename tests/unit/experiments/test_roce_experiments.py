@@ -10,7 +10,8 @@ import pytest
 from testbed.measure.pauses import agent_alive_checks
 from testbed.errors import ConfigError
 from testbed.drive.roce_flows import CC_FILE, QUEUE_FILE
-from testbed.harness.scenario import SCENARIO_DIR, load
+from testbed.experiments.registry import load
+from testbed.harness.scenario import SCENARIO_DIR
 from testbed.model.verdict import PASS
 
 FRAME = 1024 + 60 + 14  # a full RoCE frame at path MTU 1024

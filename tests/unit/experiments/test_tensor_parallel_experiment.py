@@ -7,7 +7,8 @@ import pytest
 
 from tests.unit.loopback_fabric import measure_setups
 from testbed.experiments.tensor_parallel.experiment import compare, placement_summary
-from testbed.harness.scenario import ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import ScenarioError
 from testbed.plan.training import cost_links
 
 TWO_NODES = {"name": "nvswitch", "base": "spineleaf", "leaves": 2, "spines": 1,

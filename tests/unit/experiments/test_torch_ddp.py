@@ -12,7 +12,8 @@ import pytest
 import testbed.experiments.torch_ddp.experiment as torch_experiment
 from tests.unit.loopback_fabric import measure_setups
 from testbed.experiments.torch_ddp.experiment import fabric_interface, training_summary
-from testbed.harness.scenario import ScenarioError, load, validate
+from testbed.experiments.registry import load, validate
+from testbed.harness.scenario import ScenarioError
 from testbed.plan.training import cost_links
 from testbed.traffic.collectives.cost import link_alpha_beta
 from testbed.traffic.training.ddp import MIB

@@ -7,15 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.harness.scenario import (
-    SCENARIO_DIR,
-    SCHEMA_PATH,
-    ScenarioError,
-    json_schema,
-    load,
-    merge,
-    validate,
-)
+from testbed.experiments.registry import json_schema, load, validate
+from testbed.harness.scenario import SCENARIO_DIR, SCHEMA_PATH, ScenarioError, merge
 
 GOOD = """\
 name: small-ring
@@ -184,7 +177,7 @@ def test_without_netem_delay_is_refused_and_loss_alone_is_taken(tmp_path):
 
 
 def test_an_experiment_that_builds_its_own_fabrics_refuses_sections(tmp_path):
-    from testbed.harness.registry import experiment_classes
+    from testbed.experiments.registry import experiment_classes
 
     fixed = [name for name, cls in experiment_classes().items() if "topology" not in cls.sections]
     for name in fixed:

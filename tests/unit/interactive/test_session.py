@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 import testbed.api
-import testbed.harness.scenario
+import testbed.interactive.attach as attach
 import testbed.interactive.session as session
 from testbed import errors
 from testbed.apply.state import process_start_ticks
-from testbed.interactive.session import HolderSpec, LogFollower, SessionState
+from testbed.interactive.attach import SessionState
+from testbed.interactive.session import HolderSpec, LogFollower
 from testbed.model.topology.fattree import fat_tree
 
 WAIT_S = 10.0  # for a child process of these tests to start or end
@@ -44,7 +45,7 @@ def state_for(pid: int, ticks: int | None, workdir: Path, **changes) -> SessionS
 @pytest.fixture
 def session_file(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "state" / "session.json"
-    monkeypatch.setattr(session, "SESSION_PATH", path)
+    monkeypatch.setattr(attach, "SESSION_PATH", path)
     return path
 
 
@@ -223,7 +224,7 @@ def test_the_log_is_followed_line_by_line(tmp_path):
 
 
 class StandInLiveFabric:
-    """testbed.api.LiveFabric as the holder uses it: up on entering, down on leaving."""
+    """testbed.interactive.live.LiveFabric as the holder uses it: up on entering, down on leaving."""
 
     fail: str | None = None
     made: list[StandInLiveFabric] = []
@@ -250,8 +251,8 @@ class StandInLiveFabric:
 def holder(tmp_path, session_file, monkeypatch):
     """hold() around StandInLiveFabric; returns a function running it and the holder's log."""
     StandInLiveFabric.made, StandInLiveFabric.fail = [], None
-    monkeypatch.setattr(testbed.api, "LiveFabric", StandInLiveFabric)
-    monkeypatch.setattr(testbed.harness.scenario, "load", lambda source, overrides: "resolved")
+    monkeypatch.setattr(session, "LiveFabric", StandInLiveFabric)
+    monkeypatch.setattr(session, "load", lambda source, overrides: "resolved")
 
     def run(on_report) -> tuple[int, list[str], dict | None]:
         read_fd, write_fd = os.pipe()

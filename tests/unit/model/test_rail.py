@@ -25,7 +25,7 @@ from testbed.controllers.routing.forwarding import (
     route_priority,
 )
 from testbed.errors import ConfigError
-from testbed.harness.scenario import load
+from testbed.experiments.registry import load
 from testbed.model.topology import build
 from testbed.model.topology.base import (
     HOST,

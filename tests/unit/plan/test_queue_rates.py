@@ -15,7 +15,8 @@ from testbed.errors import ConfigError
 from testbed.experiments.allreduce.experiment import port_buffer_bytes
 from testbed.harness.plans import queue_plan
 from testbed.harness.plots import plot_queue_depth
-from testbed.harness.scenario import SCENARIO_DIR, QueueSpec, load
+from testbed.experiments.registry import load
+from testbed.harness.scenario import SCENARIO_DIR, QueueSpec
 from testbed.measure.fidelity import Watch, marker_tolerance_bytes
 from testbed.measure.queues import QueueSeries, ecn_report, marking_starts_bytes
 from testbed.model.topology import build

@@ -433,17 +433,6 @@ def path_rows(platform: Platform) -> list[tuple[str, str]]:
             for feature, path in vars(platform.paths).items()]
 
 
-def format_report(platform: Platform) -> str:
-    """``testbed doctor``'s report: the kernel, each capability yes/no with its detail, each
-    feature's path, and the ECN marking summary, the tables aligned."""
-    from testbed.harness.console import table_text
-
-    return "\n\n".join([f"kernel {platform.kernel_release}",
-                        table_text(capability_rows(platform), ("capability", "avail", "detail")),
-                        table_text(path_rows(platform), ("feature", "path")),
-                        rdma_summary(platform), ecn_marking_summary(platform)])
-
-
 # --- thin layer: read the machine -------------------------------------------------------------
 
 
@@ -516,7 +505,3 @@ def ovs_vswitchd_version() -> str | None:
         return None
     first = out.splitlines()[0] if out else ""
     return first.rsplit(" ", 1)[-1] or None
-
-
-if __name__ == "__main__":
-    print(format_report(detect()))

@@ -28,7 +28,26 @@ import json
 import sys
 import typing
 
+from testbed.apply.network import check_root
+from testbed.apply.rxe_probe import probe_platform
+from testbed.apply.state import Ledger, RunLock, clean, process_start_ticks
+from testbed.capabilities import DATAPATH_ENV, USERSPACE_DATAPATH, detect
+from testbed.capacity.bench import run_bench
+from testbed.capacity.calibrate import calibrate
 from testbed.errors import ConfigError, TestbedError
+from testbed.experiments.registry import experiment_classes, json_schema, load, validate
+from testbed.harness.console import doctor_report, print_rows, print_summary, table_text
+from testbed.harness.provenance import version_line
+from testbed.harness.report import compare, load_summary
+from testbed.harness.run import machine, new_run_id, run_scenario
+from testbed.harness.scenario import SCHEMA_PATH
+from testbed.interactive import session
+from testbed.interactive.attach import SessionState, exec_argv
+from testbed.interactive.live import choose_setup
+from testbed.interactive.session import describe as describe_session, running_session
+from testbed.interactive.shell import FabricShell
+from testbed.model.topology import build
+from testbed.model.topology.describe import describe, description_rows, draw
 
 EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_SCENARIO = "fattree-allreduce"
@@ -67,9 +86,6 @@ def run_overrides(args) -> dict:
 
 def execute(resolved, args) -> int:
     """Run a resolved scenario, print its summary, and turn the outcome into an exit status."""
-    from testbed.harness.console import print_summary
-    from testbed.harness.run import run_scenario
-
     log = (lambda m: None) if args.quiet else (lambda m: print(f"[testbed] {m}", flush=True))
     outcome = run_scenario(resolved, log=log)
     print_summary(outcome.summary)
@@ -77,16 +93,12 @@ def execute(resolved, args) -> int:
 
 
 def cmd_run(args) -> int:
-    from testbed.experiments.registry import load
-
     resolved = load(args.scenario or DEFAULT_SCENARIO, run_overrides(args))
     return execute(resolved, args)
 
 
 def cmd_experiment(args) -> int:
     """An experiment from flags: its defaults, with what the flags set."""
-    from testbed.experiments.registry import validate
-
     data: dict = {"name": args.name or args.experiment, "experiment": args.experiment,
                   "params": {}}
     for field in args.param_fields:
@@ -103,9 +115,6 @@ def cmd_experiment(args) -> int:
 def cmd_report(args) -> int:
     from pathlib import Path
 
-    from testbed.harness.console import print_rows, print_summary
-    from testbed.harness.report import compare, load_summary
-
     if len(args.run_dirs) == 1:
         print_summary(load_summary(Path(args.run_dirs[0])))
         return 0
@@ -114,9 +123,6 @@ def cmd_report(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from testbed.experiments.registry import json_schema
-    from testbed.harness.scenario import SCHEMA_PATH
-
     text = json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
     if args.write:
         SCHEMA_PATH.write_text(text)
@@ -127,10 +133,6 @@ def cmd_schema(args) -> int:
 
 
 def cmd_topo(args) -> int:
-    from testbed.harness.console import table_text
-    from testbed.model.topology import build
-    from testbed.model.topology.describe import describe, description_rows
-
     if args.draw is not None and "=" in args.draw:
         raise ConfigError("--draw", f"expected a PNG or SVG path, got {args.draw!r}; put --draw "
                           "after the parameters")
@@ -138,26 +140,18 @@ def cmd_topo(args) -> int:
     info = describe(fabric)
     print(json.dumps(info, indent=1) if args.json else table_text(description_rows(info)))
     if args.draw is not None:
-        from testbed.model.topology.describe import draw
-
         path = draw(fabric, args.draw or f"results/topo-{args.name}.png")
         print(f"drawing: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def cmd_doctor(args) -> int:
-    from testbed.capabilities import detect, format_report
-
     platform, probed, line = detect(), None, ""
     if args.probe:  # softRoCE between namespaces, by trying (testbed.apply.rxe_probe)
-        from testbed.apply.rxe_probe import probe_platform
-        from testbed.harness.run import machine
 
         platform, probed, line = probe_platform(platform, machine)
-    print(format_report(platform))
+    print(doctor_report(platform))
     if line:
-        from testbed.harness.console import table_text
-
         print(f"\n{line}")
         if probed is not None and probed.outcomes:
             print(table_text(probed.rows(), ("rxe variant", "connected", "detail")))
@@ -165,8 +159,6 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from testbed.apply.network import check_root
-
     check_root()
     clean_machine()
     return 0
@@ -174,9 +166,6 @@ def cmd_clean(args) -> int:
 
 def clean_machine() -> None:
     """Remove what an interrupted run, or the holder of a fabric kept up, left behind."""
-    from testbed.apply.state import Ledger, RunLock, clean
-    from testbed.interactive.attach import SessionState
-
     with RunLock("clean"):  # held: no run, and no holder of a fabric, is alive
         ledger = Ledger.load()
         if ledger is None:
@@ -196,13 +185,6 @@ def clean_machine() -> None:
 def cmd_up(args) -> int:
     """Bring a scenario's fabric up in a holder process and return once it is ready."""
     from pathlib import Path
-
-    from testbed.interactive.live import choose_setup
-    from testbed.apply.network import check_root
-    from testbed.apply.state import RunLock
-    from testbed.interactive import session
-    from testbed.harness.run import new_run_id
-    from testbed.experiments.registry import load
 
     source = args.scenario or DEFAULT_SCENARIO
     overrides = run_overrides(args)
@@ -243,8 +225,6 @@ def cmd_status(args) -> int:
     import datetime
     from dataclasses import asdict
 
-    from testbed.interactive.session import describe, running_session
-
     try:
         state = running_session()
     except TestbedError as exc:  # nothing up, or its holder gone
@@ -254,7 +234,7 @@ def cmd_status(args) -> int:
         print(json.dumps({**asdict(state), "live_hosts": state.live_hosts()}, indent=1))
         return EXIT_OK
     now = datetime.datetime.now(datetime.timezone.utc)
-    print("\n".join(describe(state, state.fabric(), len(state.live_hosts()), now)))
+    print("\n".join(describe_session(state, state.fabric(), len(state.live_hosts()), now)))
     return EXIT_OK
 
 
@@ -262,11 +242,6 @@ def cmd_exec(args) -> int:
     """Become the command, run in the host's namespaces: its output, input and exit status
     are the command's own."""
     import os
-
-    from testbed.apply.network import check_root
-    from testbed.apply.state import process_start_ticks
-    from testbed.interactive.attach import exec_argv
-    from testbed.interactive.session import running_session
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -286,10 +261,6 @@ def cmd_exec(args) -> int:
 
 
 def cmd_cli(args) -> int:
-    from testbed.apply.network import check_root
-    from testbed.interactive.session import running_session
-    from testbed.interactive.shell import FabricShell
-
     check_root()
     failures = FabricShell(running_session().attach()).loop()
     return EXIT_OK if failures == 0 else EXIT_VERDICT
@@ -297,10 +268,6 @@ def cmd_cli(args) -> int:
 
 def cmd_down(args) -> int:
     import time
-
-    from testbed.apply.network import check_root
-    from testbed.apply.state import Ledger
-    from testbed.interactive import session
 
     check_root()
     state = session.SessionState.load()
@@ -328,12 +295,8 @@ def cmd_down(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from testbed.capacity.bench import run_bench
-
     if args.userspace_datapath:  # before anything detects this machine's paths
         import os
-
-        from testbed.capabilities import DATAPATH_ENV, USERSPACE_DATAPATH
 
         os.environ[DATAPATH_ENV] = USERSPACE_DATAPATH
     run_bench(args.output, tuple(args.k or (4, 8)), log=lambda m: print(f"[bench] {m}", flush=True),
@@ -342,9 +305,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from testbed.apply.network import check_root
-    from testbed.capacity.calibrate import calibrate
-
     check_root()
     calibrate(log=lambda m: print(f"[calibrate] {m}", flush=True), start_mbit=args.start_mbit,
               max_mbit=args.max_mbit, results_dir=args.results)
@@ -407,8 +367,6 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
 
 def add_experiment_commands(sub) -> None:
     """``testbed NAME`` for every registered experiment, its flags from its Params."""
-    from testbed.experiments.registry import experiment_classes
-
     for name, cls in sorted(experiment_classes().items()):
         parser = sub.add_parser(name, help=f"{cls.title}: {cls.reproduces}"[:150])
         fields = cls.Params.model_fields
@@ -472,8 +430,6 @@ def add_session_commands(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.harness.provenance import version_line
-
     ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed",
                        epilog="exit status: 0 passed, 1 a check failed or the emulator did not "
                               "keep up, 2 bad input, 3 the run failed, 130 interrupted")

@@ -33,6 +33,7 @@ from testbed.apply.agent_process import AgentProcess
 from testbed.apply.bpf_syscall import PinnedMap
 from testbed.apply.ecn_anchor import COUNTERS_FILE, LOG_FILE, PLAN_FILE, READY_FILE
 from testbed.apply.state import Ledger, remove_pins
+from testbed.capabilities import detect
 from testbed.errors import ConfigError, TestbedError
 from testbed.model.topology.base import Fabric
 from testbed.plan.anchoring import AnchorPlan, anchor_plan
@@ -64,8 +65,6 @@ def object_is_current(obj: Path = BPF_OBJECT, source: Path = BPF_SOURCE) -> bool
 def machine_ecn_path(prefer: str | None = None) -> str:
     """The marking path this machine takes (its capabilities report's, or ``prefer``),
     decided once for a fabric whose caller did not decide it."""
-    from testbed.capabilities import detect
-
     return choose_ecn_path(detect(), prefer, object_built=object_is_current())
 
 

@@ -62,7 +62,7 @@ from testbed.plan.bring_up import (
     link_interfaces,
     ovs_transaction,
 )
-from testbed.plan.loss_plan import Cut, Loss
+from testbed.plan.loss_plan import Cut, Loss, loss_counters_total
 from testbed.plan.port_queue import Impairment, switch_queue_plan
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import SYSCTL_TCP_CC, queue_record
@@ -549,8 +549,6 @@ class FabricNetwork:
     def loss_counters(self) -> dict:
         """What the eBPF loss program did so far: packets it applied to and dropped, in
         total and per interface (zeros without it)."""
-        from testbed.plan.loss_plan import loss_counters_total
-
         per_intf = self.loss.counters() if self.loss is not None else {}
         return {**loss_counters_total(per_intf), "interfaces": per_intf}
 

@@ -34,7 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.apply.modules import RXE_MODULE, load_modules
 from testbed.capabilities import RXE_NETNS, Capability, Platform, with_probe
+from testbed.errors import TestbedError
 from testbed.traffic.roce.rxe import device_name, link_add_argv, parse_perftest, perftest_argv
 
 HOSTS = ("rxp0", "rxp1")  # client, server
@@ -250,8 +252,6 @@ def probe(ledger, log=print, which: Callable[[str], str | None] | None = None) -
 
     from mininet.net import Mininet
 
-    from testbed.apply.modules import RXE_MODULE, load_modules
-
     which = which or shutil.which
     load_modules([RXE_MODULE], log)
     mode = netns_mode()
@@ -305,8 +305,6 @@ def probe_platform(platform: Platform, machine, log=print, is_root: bool | None 
     the probe is a run of its own, refused while another holds the machine."""
     import os
     import shutil
-
-    from testbed.errors import TestbedError
 
     which = which or shutil.which
     rxe = platform.capabilities.get("rdma_rxe")

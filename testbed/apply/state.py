@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.apply import ovs
 from testbed.errors import BusyError
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
@@ -224,10 +225,6 @@ def remove_pins(paths: list[str]) -> int:
 
 def clean(ledger: Ledger, log=print) -> dict:
     """Remove everything in the ledger that still exists; returns what was removed."""
-    from testbed.apply import (
-        ovs,  # local: the pure parts of this module must not need OVS
-    )
-
     removed = {"processes": 0, "bridges": 0, "interfaces": 0, "pinned": 0}
     live = {pid: t for pid, t in ledger.processes.items() if process_start_ticks(pid) == t}
     live.update(processes_in_netns(set(ledger.netns_inodes)))

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.apply import modules
 from testbed.errors import TestbedError
 from testbed.measure.backlog import PortBacklog, backlog_divergence
 from testbed.measure.capture import HostCapture, capture_argv as host_capture_argv
@@ -206,7 +207,6 @@ def run_roce_flows(net, pairs: list[tuple[str, str]], settings: RoceSettings,
     ip = {name: fabric.nodes[name].ip for pair in pairs for name in pair}
     servers = {}
     if settings.transport == RXE:  # one perftest server per flow, listening before its client
-        from testbed.apply import modules
 
         modules.load_modules([modules.RXE_MODULE], log=lambda m: None)
         for i, (src, dst) in enumerate(pairs):

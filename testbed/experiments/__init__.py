@@ -1,1 +1,3 @@
-"""One folder per experiment, each a config, a run on fabrics, its checks and plots, registered in testbed.experiments.registry; roce_common/ holds what the RoCE experiments share and is not an experiment."""
+"""One folder per experiment, each a config, a run on fabrics, its checks and plots, listed in
+testbed.experiments.registry (which loads scenarios against them); roce_common/ holds what
+the RoCE experiments share and is not an experiment."""

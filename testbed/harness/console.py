@@ -1,7 +1,7 @@
 """What the testbed prints as tables, all through rich: a run's summary rows, every check as
 PASS or FAIL with measured against expected, and whether the emulator kept up (plain text
 when not a terminal); and ``table_text``, the one plain aligned table (``testbed topo``,
-``testbed doctor``)."""
+``testbed doctor``: ``doctor_report``)."""
 from __future__ import annotations
 
 from io import StringIO
@@ -10,6 +10,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from testbed.capabilities import (
+    Platform,
+    capability_rows,
+    ecn_marking_summary,
+    path_rows,
+    rdma_summary,
+)
 from testbed.harness.report import checks_table, headline
 from testbed.model.verdict import FAIL, NOT_JUDGED, PASS
 
@@ -84,3 +91,12 @@ def print_summary(summary: dict) -> None:
         out.print(f"[red]stopped:[/red] {summary['error']}")
     out.print(f"[bold]{headline(summary)}[/bold]")
     out.print(f"results: {summary['results_dir']} (report.html, report.md, summary.json)")
+
+
+def doctor_report(platform: Platform) -> str:
+    """``testbed doctor``'s report: the kernel, each capability yes/no with its detail, each
+    feature's path, and the ECN marking summary, the tables aligned."""
+    return "\n\n".join([f"kernel {platform.kernel_release}",
+                        table_text(capability_rows(platform), ("capability", "avail", "detail")),
+                        table_text(path_rows(platform), ("feature", "path")),
+                        rdma_summary(platform), ecn_marking_summary(platform)])

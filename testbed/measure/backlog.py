@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from testbed.errors import TestbedError
 from testbed.measure.stats import percentile
 from testbed.plan.port_queue import Handles
+from testbed.system.netlink import QdiscBacklogs
 
 BUFFER_HANDLE = Handles.BUFFER
 
@@ -34,8 +35,6 @@ def handle_major(handle: str) -> int:
 
 
 def _netlink_reader(wanted: set[tuple[int, int]]):
-    from testbed.system.netlink import QdiscBacklogs
-
     return QdiscBacklogs(wanted)
 
 

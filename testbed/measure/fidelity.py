@@ -25,6 +25,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from testbed.measure.rtt import RttProbe
+from testbed.measure.stats import percentile
 from testbed.measure.telemetry import (
     QueueReaders,
     Sampler,
@@ -32,7 +34,6 @@ from testbed.measure.telemetry import (
     window_mean,
     window_rates_mbit,
 )
-from testbed.measure.stats import percentile
 from testbed.model.verdict import Check, at_least, at_most
 
 # Named tolerances.
@@ -327,8 +328,6 @@ class Watch:
         self.net = net
         self.probe = None
         if probe is not None:
-            from testbed.measure.rtt import RttProbe
-
             self.probe = RttProbe(net, *probe)
         threads = {"ovs-vswitchd": list(net.switchd.pids)}
         pfc = getattr(net, "pfc", None)

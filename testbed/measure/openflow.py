@@ -15,9 +15,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.controllers.routing.wiring import wiring_summary
 from testbed.measure.telemetry import counted_directions
 from testbed.model.records import (
+    EVENTS_FILE,
     FAILURE_EVENTS,
+    PORT_STATS_FILE,
+    WIRING_FILE,
     End,
     PortSample,
     port_samples,
@@ -120,9 +124,6 @@ def openflow_summary(workdir: Path, fabric: Fabric, window_monotonic_s=None) -> 
     """The controller's files in a run folder, summarised: its failure events as written, per
     link direction the rate the switches' own port counters saw during the window (the whole
     run when None), and its latest wiring check (None if none completed)."""
-    from testbed.controllers.routing.wiring import wiring_summary
-    from testbed.model.records import EVENTS_FILE, PORT_STATS_FILE, WIRING_FILE
-
     events = read_json_lines(workdir / EVENTS_FILE)
     samples = port_samples(read_json_lines(workdir / PORT_STATS_FILE))
     window = tuple(window_monotonic_s) if window_monotonic_s else None

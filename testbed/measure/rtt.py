@@ -27,8 +27,13 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from testbed.measure.backlog import handle_major
 from testbed.measure.stats import percentile
 from testbed.model.topology.base import Fabric
+from testbed.plan.port_queue import Handles, host_queue, in_service_ms
+from testbed.system.counters import read_qdiscs
+from testbed.system.netlink import QdiscBacklogs
+from testbed.system.netns import in_netns
 
 PING_LINE = re.compile(r"^\[(?P<t>\d+\.\d+)\].*icmp_seq=(?P<seq>\d+).*time=(?P<rtt>[\d.]+) ms")
 IDLE_PINGS = 10
@@ -134,8 +139,6 @@ class RttProbe:
     backlogs meanwhile; ``idle()`` first measures the RTT with nothing else on the fabric."""
 
     def __init__(self, net, src: str, dst: str, interval_s: float = 0.05):
-        from testbed.plan.port_queue import Handles, host_queue
-
         self.net, self.src, self.dst, self.interval_s = net, src, dst, interval_s
         self.hops = path_hops(net.fabric, src, dst) + path_hops(net.fabric, dst, src)
         self.handles = sorted(Handles.buffers(net.queue))
@@ -172,10 +175,6 @@ class RttProbe:
         NIC's rate."""
         import socket
 
-        from testbed.system.netlink import QdiscBacklogs
-        from testbed.system.netns import in_netns
-        from testbed.measure.backlog import handle_major
-
         link, end = self.net.fabric.host_link(host)
         netns = f"/proc/{self.net.host(host).pid}/ns/net"
         index = in_netns(netns, lambda: socket.if_nametoindex(link.intf(end)))
@@ -187,10 +186,6 @@ class RttProbe:
         namespace; the ports' qdiscs listed once by tc), and which port each (ifindex,
         handle major) is."""
         import socket
-
-        from testbed.system.netlink import QdiscBacklogs
-        from testbed.measure.backlog import handle_major
-        from testbed.system.counters import read_qdiscs
 
         ports = {p for hop in self.hops for p in hop.ports}
         port_of = {(socket.if_nametoindex(q["dev"]), handle_major(q["handle"])): q["dev"]
@@ -237,8 +232,6 @@ class RttProbe:
     def in_service_ms(self) -> float:
         """Summed over the path's shaped hops (switch ports both ways and the two hosts'
         NICs): the longest a packet waits for the one its link is sending."""
-        from testbed.plan.port_queue import in_service_ms
-
         fabric, offloads = self.net.fabric, bool(getattr(self.net, "offloads_on", False))
         rates = [hop.rate_mbit for hop in self.hops]
         rates += [fabric.host_link(h)[0].rate_mbit for h in (self.src, self.dst)]

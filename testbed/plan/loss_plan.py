@@ -17,6 +17,7 @@ from pathlib import Path
 from testbed.errors import ConfigError
 from testbed.model.topology.base import Fabric
 from testbed.plan.bpf_maps import Layout, pack_value, update_command
+from testbed.plan.ecn_plan import BPF_CFLAGS, cache_dir
 
 LOSS_SOURCE = Path(__file__).resolve().parents[1] / "apply" / "bpf" / "loss.c"
 BPF_SECTION = "classifier"  # a switch port's egress, keyed by ifindex
@@ -138,14 +139,10 @@ def config_commands(key: int, loss: Loss) -> list[list[str]]:
 
 def cache_object() -> Path:
     """Where the compiled program is kept (beside the ECN marker's, in the cache)."""
-    from testbed.plan.ecn_plan import cache_dir
-
     return cache_dir() / "bpf" / "loss.o"
 
 
 def compile_command(source: Path = LOSS_SOURCE, output: Path | None = None) -> list[str]:
-    from testbed.plan.ecn_plan import BPF_CFLAGS
-
     return ["clang", *BPF_CFLAGS, "-c", str(source), "-o", str(output or cache_object())]
 
 

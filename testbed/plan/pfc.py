@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from testbed.controllers.routing.ecmp import compute_rules
 from testbed.model.topology.base import Fabric, intf_name
 from testbed.plan.pfc_frames import pause_duration_s, refresh_interval_s
 from testbed.plan.profiles import QueueConfig
@@ -241,8 +242,6 @@ def feeding_ports(fabric: Fabric) -> dict[str, list[str]]:
     """For every switch egress interface, the interfaces of the same switch whose incoming
     traffic shortest-path routing (``testbed.controllers.routing.ecmp.compute_rules``, ECMP's next hops:
     single path takes a subset) can send out of it."""
-    from testbed.controllers.routing.ecmp import compute_rules
-
     rules = compute_rules(fabric)
     graph = fabric.graph()
 

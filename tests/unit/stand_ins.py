@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import testbed.cli
 import testbed.experiments.registry
 import testbed.harness.run
 import testbed.interactive.live
@@ -83,7 +84,7 @@ def record_runs(monkeypatch) -> list:
                    "error": None, "results_dir": "results/r1", "rows": [], "verdict": None}
         return Outcome(summary, Path("results/r1"), Verdict())
 
-    monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
+    monkeypatch.setattr(testbed.cli, "run_scenario", fake_run)  # where main looks it up
     return runs
 
 

@@ -15,7 +15,6 @@ from testbed.capabilities import (
     choose_paths,
     detect,
     capability_rows,
-    format_report,
     module_name_from_filename,
     parse_congestion_available,
     parse_kernel_config,
@@ -23,6 +22,7 @@ from testbed.capabilities import (
     path_rows,
     probe_capabilities,
 )
+from testbed.harness.console import doctor_report
 
 ALL_CAPABILITY_NAMES = [
     "ovs_kernel_module", "sch_red", "sch_netem", "sch_htb", "sch_tbf", "cls_bpf", "act_mirred",
@@ -283,9 +283,9 @@ def test_choose_paths_treats_missing_capabilities_as_absent():
 # --- report -----------------------------------------------------------------------------------
 
 
-def test_format_report_aligns_columns():
+def test_doctor_report_aligns_columns():
     caps = dev_vm_caps()
-    report = format_report(Platform("6.1.0-test", caps, choose_paths(caps)))
+    report = doctor_report(Platform("6.1.0-test", caps, choose_paths(caps)))
     lines = report.splitlines()
     assert lines[0] == "kernel 6.1.0-test"
     cap_lines = [line for line in lines if line.split(" ", 1)[0] in caps]
@@ -327,7 +327,7 @@ def test_the_rdma_line_says_how_roce_runs_and_why_not_over_rxe():
     caps = ubuntu_caps()
     line = rdma_summary(Platform("6.8.0-test", caps, choose_paths(caps)))
     assert line.startswith("RDMA here: rxe, by the kernel's softRoCE") and "no rxe" not in line
-    report = format_report(Platform("6.8.0-test", caps, choose_paths(caps)))
+    report = doctor_report(Platform("6.8.0-test", caps, choose_paths(caps)))
     assert "rdma            rxe\n" in report and line in report
 
 
@@ -337,7 +337,7 @@ def test_detect_smoke_on_this_machine():
     assert platform.kernel_release
     assert list(platform.capabilities) == ALL_CAPABILITY_NAMES
     assert platform.paths == choose_paths(platform.capabilities)
-    report = format_report(platform)
+    report = doctor_report(platform)
     for name in ALL_CAPABILITY_NAMES:
         assert name in report
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import testbed
+import testbed.cli
 import testbed.harness.run
 from testbed.cli import EXIT_OK, EXIT_USAGE, EXIT_VERDICT, main, parse_params
 from testbed.errors import ConfigError
@@ -49,7 +50,7 @@ def no_runs(monkeypatch):
         summary["verdict"] = verdicts[0].to_dict()
         return Outcome(summary, Path("results/r1"), verdicts[0])
 
-    monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
+    monkeypatch.setattr(testbed.cli, "run_scenario", fake_run)  # where main looks it up
     return started
 
 

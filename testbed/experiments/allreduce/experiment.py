@@ -22,10 +22,12 @@ from pydantic import Field, field_validator
 
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
-from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.drive.ranks import all_ranks_window, collect_ranks, window_of
 from testbed.experiments.roce_common.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
+from testbed.harness import plots
+from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.measure.stats import jain_index
+from testbed.model.records import PORT_STATS_FILE
 from testbed.model.verdict import at_least, holds
 from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.training import groups_argument, node_groups
@@ -181,9 +183,6 @@ class AllReduce(Experiment):
         ]
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.harness import plots
-        from testbed.model.records import PORT_STATS_FILE
-
         r = results["fabric"]
         fabric = self.fabric()
         run_dir = Path(r["dir"])

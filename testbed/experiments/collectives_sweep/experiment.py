@@ -26,8 +26,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
+from testbed.experiments.collectives_sweep.plots import plot_sweeps
+from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_least, holds, near
 from testbed.plan.training import cost_links, groups_argument, node_groups, place_hosts
@@ -245,8 +246,6 @@ class CollectivesSweep(Experiment):
         return rows
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.collectives_sweep.plots import plot_sweeps
-
         r = results["fabric"]
         if not r["sweeps"]:
             return []

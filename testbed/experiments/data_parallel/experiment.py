@@ -22,8 +22,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
+from testbed.experiments.data_parallel.plots import plot_scaling
+from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_most, holds
 from testbed.plan.training import cost_links, place_hosts
@@ -162,8 +163,6 @@ class DataParallel(Experiment):
                 for x in results["fabric"]["runs"]]
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.data_parallel.plots import plot_scaling
-
         runs = results["fabric"]["runs"]
         return [plot_scaling(runs, title, folder / "scaling.png")] if runs else []
 

@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from testbed.drive.flows import SERVER_START_S, run_flows
 from testbed.errors import ConfigError
 from testbed.experiments.dctcp.bench import (
     DROPTAIL,
@@ -48,12 +49,24 @@ from testbed.experiments.dctcp.bench import (
     write_queue_samples,
 )
 from testbed.experiments.dctcp.checks import dctcp_checks, setup_row, summary_rows
+from testbed.experiments.dctcp.plots import plot_queues
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun
 from testbed.harness.scenario import FamilyTopology, Problem
+from testbed.measure.backlog import PortBacklog, backlog_divergence
+from testbed.measure.queues import queue_sampling
+from testbed.measure.stats import jain_index
 from testbed.model.bench import Bench, bench_fabric, bench_of
 from testbed.plan.ecn_plan import ECN_PATH_EBPF
+from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.profiles import U32_MAX, QueueConfig
-from testbed.plan.settings import TCP_CC_CHOICES, EcnSettings, TcpSettings
+from testbed.plan.settings import (
+    TCP_CC_CHOICES,
+    EcnSettings,
+    TcpSettings,
+    ecn_settings,
+    tcp_settings,
+)
+from testbed.system.counters import counter_delta
 
 # Rates up to the Mininet-HiFi reproduction's 100 Mbit/s. PLATFORM.md measured 484 Mbit/s
 # of TCP through two userspace switches at MTU 1500; N senders' bursts arrive at up to N
@@ -137,9 +150,6 @@ class Dctcp(Experiment):
     def ecn_settings(self) -> EcnSettings:
         """The marked queue (testbed.plan.settings): a step at ``k_bytes``, or the dctcp
         scheme scaled to the rate; errors name this experiment's own parameters."""
-        from testbed.plan.port_queue import default_buffer_bytes
-        from testbed.plan.settings import ecn_settings
-
         p = self.params
         buffer_bytes = p.buffer_bytes or default_buffer_bytes(self.rate_mbit, self.mtu_bytes)
         section: dict = {"buffer_bytes": buffer_bytes, "sample_ms": QUEUE_SAMPLE_MS}
@@ -158,8 +168,6 @@ class Dctcp(Experiment):
 
     def host_tcp(self) -> dict[str, TcpSettings]:
         """The drop-tail and the ECN hosts' TCP on this machine."""
-        from testbed.plan.settings import tcp_settings
-
         p = self.params
         chosen = {}
         for queueing, ecn, cc, field in ((DROPTAIL, False, p.droptail_cc, "droptail_cc"),
@@ -207,12 +215,6 @@ class Dctcp(Experiment):
         """Every sender's long flow into the receiver at once, with the bottleneck queue (the
         qdisc's backlog and the marker's model) sampled every 10 ms, link counters and CPU
         every 0.25 s, and the port's counters around it."""
-        from testbed.drive.flows import SERVER_START_S, run_flows
-        from testbed.measure.backlog import PortBacklog, backlog_divergence
-        from testbed.measure.queues import queue_sampling
-        from testbed.measure.stats import jain_index
-        from testbed.system.counters import counter_delta
-
         p = self.params
         net, setup = run.net, run.setup
         bench = bench_of(net.fabric)
@@ -297,8 +299,6 @@ class Dctcp(Experiment):
         return summary_rows(results)
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.dctcp.plots import plot_queues
-
         return plot_queues(results, folder, title)
 
 

@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 
 from testbed.errors import ConfigError, TestbedError
+from testbed.experiments.dctcp.experiment import Dctcp
+from testbed.harness.report import load_summary
+from testbed.harness.run import plot_title
+from testbed.harness.scenario import Scenario
 
 EXIT_USAGE = 2  # as testbed.cli: the folder given is not a finished dctcp run
 
@@ -34,11 +38,6 @@ def relocated(summary: dict, run_dir: Path) -> dict[str, dict]:
 
 def replot(run_dir: str | Path) -> list[Path]:
     """The run's figures drawn again by the experiment's own ``plots`` into RUN_DIR/plots."""
-    from testbed.experiments.dctcp.experiment import Dctcp
-    from testbed.harness.report import load_summary
-    from testbed.harness.run import plot_title
-    from testbed.harness.scenario import Scenario
-
     run_dir = Path(run_dir)
     summary = load_summary(run_dir)
     if summary.get("experiment") != Dctcp.name:

@@ -41,6 +41,7 @@ from testbed.system.counters import port_queue_drops, read_qdiscs
 from testbed.traffic.training.parameter_server import ASYNC, BSP
 
 from testbed.experiments.parameter_server.backlog import BacklogSampler, backlog_stats
+from testbed.experiments.parameter_server.plots import plot_backlog, plot_comparison
 
 PS_MODULE = "testbed.traffic.training.parameter_server"
 DDP_MODULE = "testbed.traffic.training.ddp"
@@ -250,8 +251,6 @@ class ParameterServer(Experiment):
         return rows
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.parameter_server.plots import plot_backlog, plot_comparison
-
         r = results["fabric"]
         paths = []
         series = {mode: json.loads((Path(r["dir"]) / f"backlog-{mode}.json").read_text())

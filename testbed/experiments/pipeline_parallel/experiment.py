@@ -19,11 +19,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
+from testbed.harness.experiment import Experiment, Params, SetupRun, distinct
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import holds, near
 from testbed.plan.training import place_hosts
+from testbed.traffic.training.gantt import plot_gantt
 from testbed.traffic.training.pipeline import F, OpRecord, bubble_fraction
 
 PIPELINE_MODULE = "testbed.traffic.training.pipeline"
@@ -150,8 +151,6 @@ class PipelineParallel(Experiment):
         return [(name, schedule_cell(s)) for name, s in results["fabric"]["schedules"].items()]
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.traffic.training.gantt import plot_gantt
-
         r = results["fabric"]
         paths = []
         for name, s in r["schedules"].items():

@@ -24,9 +24,10 @@ from typing import Literal
 from pydantic import Field
 
 from testbed.capabilities import missing_capabilities
-from testbed.errors import TestbedError
-from testbed.harness.experiment import HOSTS, TOPOLOGY, Experiment, Params, Setup, SetupRun
 from testbed.drive.ranks import RANK_PORT, RankWatch, host_problems, launches
+from testbed.errors import TestbedError
+from testbed.experiments.replay.plots import plot_completion
+from testbed.harness.experiment import HOSTS, TOPOLOGY, Experiment, Params, Setup, SetupRun
 from testbed.harness.scenario import Problem
 from testbed.measure.capture import HostCapture, capture_argv
 from testbed.model.topology.spineleaf import spine_leaf
@@ -235,8 +236,6 @@ class Replay(Experiment):
         return rows
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.replay.plots import plot_completion
-
         if not results:
             return []
         return [plot_completion(results, title, folder / "completion.png")]

@@ -18,6 +18,7 @@ from testbed.drive.roce_flows import (
     bottleneck_result,
     measure_bottleneck,
 )
+from testbed.experiments.roce_common.roce_plots import plot_setup_series
 from testbed.experiments.roce_common.roce_setups import (
     ETHERNET_HEADER_BYTES,
     LOSSLESS_QUEUE,
@@ -168,7 +169,5 @@ class BottleneckExperiment(Experiment):
         return result
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.roce_common.roce_plots import plot_setup_series
-
         return [path for name, r in results.items() if "queue" in r
                 for path in plot_setup_series(name, r, thresholds(r), title, folder)]

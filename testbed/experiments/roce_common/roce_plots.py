@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.drive.roce_flows import CC_FILE, QUEUE_FILE
 from testbed.harness.plots import distinct_styles, legend_outside, pyplot, save
 
 KB = 1000.0
@@ -70,8 +71,6 @@ def plot_setup_series(name: str, result: dict, thresholds: dict[str, float], tit
     """One bottleneck setup's figures (testbed.drive.roce_flows.measure_bottleneck's
     files in its folder): the real queue with ``thresholds``, and every QP's control."""
     import json
-
-    from testbed.drive.roce_flows import CC_FILE, QUEUE_FILE
 
     run_dir = Path(result["dir"])
     origin = result["flows_monotonic_s"][0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from testbed.errors import ConfigError
+from testbed.harness.scenario import Problem
 from testbed.model.topology.base import Fabric
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.port_queue import Handles
@@ -102,8 +103,6 @@ def transport_problems(transport: str, platform, which=None) -> list:
     """Why ``transport`` cannot run here: rxe needs the kernel's rdma_rxe and the tools that
     make and drive its devices (``which``: shutil.which unless given)."""
     import shutil
-
-    from testbed.harness.scenario import Problem
 
     if transport != "rxe":
         return []

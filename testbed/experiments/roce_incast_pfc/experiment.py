@@ -44,6 +44,7 @@ from testbed.experiments.roce_common.roce_setups import (
 )
 from testbed.experiments.roce_incast_pfc.checks import PFC, PFC_DCQCN, incast_checks, incast_rows
 from testbed.harness.experiment import Setup
+from testbed.harness.scenario import Problem
 from testbed.model.bench import bench_fabric
 from testbed.plan.profiles import U32_MAX
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S
@@ -77,8 +78,6 @@ class RoceIncastPfc(BottleneckExperiment):
         return CC_OF[setup.name]
 
     def problems(self):
-        from testbed.harness.scenario import Problem
-
         p = self.params
         problems = super().problems() + transport_problems(p.transport, self.platform)
         if p.transport == "rxe" and PFC_DCQCN in p.conditions:

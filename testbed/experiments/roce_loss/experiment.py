@@ -39,6 +39,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from testbed.drive.flows import flow_window, read_tcp_counters, run_flows
 from testbed.drive.roce_flows import RoceCapture, RoceSettings, run_roce_flows, settings_record
 from testbed.experiments.roce_common.roce_experiment import (
     RoceParams,
@@ -51,10 +52,13 @@ from testbed.experiments.roce_common.roce_setups import (
     transport_problems,
 )
 from testbed.experiments.roce_loss.checks import loss_checks, loss_rows
+from testbed.experiments.roce_loss.plots import plot_goodput
 from testbed.harness.experiment import Experiment, Setup, SetupRun
 from testbed.harness.scenario import Problem
 from testbed.measure.generators import GeneratorCpu, frame_time_us, with_generators
+from testbed.measure.roce import decode_capture
 from testbed.model.bench import bench_fabric, bench_of
+from testbed.plan.loss_plan import Loss, link_cuts
 from testbed.plan.port_queue import default_buffer_bytes
 
 MAX_RATE_MBIT = 200.0  # one userspace switch forwards this at MTU 1500 with room to spare
@@ -137,9 +141,6 @@ class RoceLoss(Experiment):
 
     # -- on a running fabric ----------------------------------------------------------------
     def measure(self, run: SetupRun) -> dict:
-        from testbed.drive.flows import flow_window, read_tcp_counters, run_flows
-        from testbed.plan.loss_plan import Loss, link_cuts
-
         p, net = self.params, run.net
         loss_percent = p.loss_percents[[setup_name(x) for x in p.loss_percents]
                                        .index(run.setup.name)]
@@ -185,8 +186,6 @@ class RoceLoss(Experiment):
                                         frame_time_us(run.net.fabric)),
         }
         if p.capture and first:
-            from testbed.measure.roce import decode_capture
-
             result["capture"] = {**capture.record(), **decode_capture(capture.path)}
         (run.workdir / SERIES_FILE).write_text(json.dumps(result))
         run.log(f"{run.setup.name}: RoCE {result['roce_goodput_mbit'] or 0:.2f} Mbit/s "
@@ -203,6 +202,4 @@ class RoceLoss(Experiment):
         return loss_rows(results)
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.roce_loss.plots import plot_goodput
-
         return [plot_goodput(results, self.rate_mbit, title, folder / "roce-loss.png")]

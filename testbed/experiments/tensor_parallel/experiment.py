@@ -19,8 +19,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from testbed.harness.experiment import HOSTS, ROUTING, TOPOLOGY, Experiment, Params, SetupRun
 from testbed.drive.ranks import RANK_PORT, RankWatch, launches
+from testbed.experiments.tensor_parallel.plots import plot_placements
+from testbed.harness.experiment import HOSTS, ROUTING, TOPOLOGY, Experiment, Params, SetupRun
 from testbed.harness.scenario import FamilyTopology, Problem
 from testbed.model.topology.base import NVSWITCH
 from testbed.model.verdict import at_least, holds, near
@@ -173,8 +174,6 @@ class TensorParallel(Experiment):
         return rows
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.tensor_parallel.plots import plot_placements
-
         r = results["fabric"]
         if not r["placements"]:
             return []

@@ -21,8 +21,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.drive.ranks import RANK_PORT, Launch, RankWatch, host_problems, rank_argv
+from testbed.experiments.torch_ddp.plots import plot_steps
+from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_most, holds
 from testbed.plan.training import cost_links, place_hosts
@@ -143,8 +144,6 @@ class TorchDdp(Experiment):
                 ("buckets (predicted)", ", ".join(map(str, r["bucket_bytes"])) + " B")]
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
-        from testbed.experiments.torch_ddp.plots import plot_steps
-
         r = results["fabric"]
         return [plot_steps(r, title, folder / "torch_ddp_steps.png")] if r["job_step_s"] else []
 

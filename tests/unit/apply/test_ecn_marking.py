@@ -17,7 +17,6 @@ import pytest
 import testbed.apply.marking as apply
 import testbed.apply.network as network
 import testbed.apply.state as state
-import testbed.capabilities
 import testbed.errors as errors
 from testbed.apply.network import FabricNetwork
 from testbed.apply.state import Ledger, clean
@@ -25,10 +24,10 @@ from testbed.capabilities import (
     IMPLEMENTED_FEATURES,
     Platform,
     choose_paths,
-    format_report,
     probe_capabilities,
 )
 from testbed.errors import ConfigError
+from testbed.harness.console import doctor_report
 from testbed.harness.plots import plot_queue_depth
 from testbed.experiments.registry import load
 from testbed.measure.queues import (
@@ -396,7 +395,7 @@ def fake(monkeypatch, state_dir, pins) -> FakeCommands:
     def no_detection():
         raise AssertionError("the path is decided once, by the caller")
 
-    monkeypatch.setattr(testbed.capabilities, "detect", no_detection)
+    monkeypatch.setattr(apply, "detect", no_detection)
     commands = FakeCommands(state.LEDGER_PATH)
     monkeypatch.setattr(apply, "run_tool", commands)
     monkeypatch.setattr(network, "run_tool", commands)
@@ -490,7 +489,7 @@ def test_the_red_path_claims_no_pins(fake, pins):
 
 def test_a_path_the_machine_cannot_take_is_refused_before_anything_runs(monkeypatch, tmp_path,
                                                                          state_dir):
-    monkeypatch.setattr(testbed.capabilities, "detect", lambda: platform(bpftool=False))
+    monkeypatch.setattr(apply, "detect", lambda: platform(bpftool=False))
     monkeypatch.setattr(apply, "object_is_current", lambda: False)
     with pytest.raises(errors.TestbedError) as err:
         apply.machine_ecn_path()
@@ -498,7 +497,7 @@ def test_a_path_the_machine_cannot_take_is_refused_before_anything_runs(monkeypa
     with pytest.raises(errors.TestbedError):  # a fabric left to decide decides before it builds
         FabricNetwork(three_hosts_one_leaf(), tmp_path, Ledger("r", 1),
                       queue=QueueConfig(BUFFER_BYTES))
-    monkeypatch.setattr(testbed.capabilities, "detect", lambda: platform(STOCK_KERNEL))
+    monkeypatch.setattr(apply, "detect", lambda: platform(STOCK_KERNEL))
     assert apply.machine_ecn_path() == "red-qdisc"
     assert apply.machine_ecn_path(prefer="ebpf") == "ebpf"
     for undecided in ("pie", None):  # the marking itself never decides
@@ -791,15 +790,15 @@ def test_without_marking_the_run_has_no_ecn_part():
 
 
 def test_doctor_says_which_ecn_path_this_machine_takes():
-    report = format_report(platform())
+    report = doctor_report(platform())
     assert "ecn_marking     ebpf\n" in report + "\n"  # implemented: no "not built yet"
     assert "ecn_marking" in IMPLEMENTED_FEATURES
     last = report.splitlines()[-1]
     assert last.startswith("ECN marking here: ebpf, by the eBPF marker")
     assert "no sch_red: CONFIG_NET_SCH_RED not set" in last and last.endswith("; ready")
-    assert format_report(platform(bpftool=False)).splitlines()[-1].endswith(
+    assert doctor_report(platform(bpftool=False)).splitlines()[-1].endswith(
         "cannot run: bpftool not on PATH")
-    red = format_report(platform(STOCK_KERNEL)).splitlines()[-1]
+    red = doctor_report(platform(STOCK_KERNEL)).splitlines()[-1]
     assert red.startswith("ECN marking here: red-qdisc, by a RED qdisc") and red.endswith("ready")
 
 

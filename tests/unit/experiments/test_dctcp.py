@@ -13,6 +13,7 @@ import matplotlib.figure
 import pytest
 from pydantic import ValidationError
 
+import testbed.cli
 import testbed.harness.run
 from testbed.capabilities import Capability, Paths, Platform
 from testbed.cli import EXIT_OK, EXIT_USAGE, main
@@ -544,7 +545,7 @@ def started(monkeypatch):
                    "verdict": verdict.to_dict(), "link_rate_mbit": 1.0, "experiment": "dctcp"}
         return Outcome(summary, Path("results/r1"), verdict)
 
-    monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
+    monkeypatch.setattr(testbed.cli, "run_scenario", fake_run)  # where main looks it up
     return runs
 
 
@@ -678,12 +679,11 @@ def fake_run_flows(net, pairs, seconds, omit_s):
 
 def measured(tmp_path, monkeypatch, queueing: str, path: str = "ebpf") -> tuple[dict, FakeWatch]:
     """measure() of the 2-sender setup on the stand-in fabric, marking on ``path``."""
-    import testbed.drive.flows
-    import testbed.measure.backlog
+    import testbed.experiments.dctcp.experiment as module
     from testbed.harness.progress import QuietProgress
 
-    monkeypatch.setattr(testbed.drive.flows, "run_flows", fake_run_flows)
-    monkeypatch.setattr(testbed.measure.backlog, "PortBacklog", FakeBacklog)
+    monkeypatch.setattr(module, "run_flows", fake_run_flows)
+    monkeypatch.setattr(module, "PortBacklog", FakeBacklog)
     FakeBacklog.opened = []
     e = experiment(senders=[2], omit_s=0, seconds=5)
     setup = next(s for s in e.setups() if s.name == f"n2-{queueing}")

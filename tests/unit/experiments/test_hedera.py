@@ -7,6 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 import testbed.experiments.hedera.experiment as hedera
+import testbed.cli
 import testbed.harness.run
 from testbed.cli import main
 from testbed.experiments.hedera.experiment import (
@@ -90,7 +91,7 @@ def test_the_old_flags_still_work(monkeypatch):
                         "error": None, "results_dir": "r", "rows": [],
                         "verdict": verdict.to_dict()}, "r", verdict)
 
-    monkeypatch.setattr(testbed.harness.run, "run_scenario", fake_run)
+    monkeypatch.setattr(testbed.cli, "run_scenario", fake_run)  # where main looks it up
     main(["hedera", "--pattern", "stride4,stride8", "--seconds", "4", "--omit", "1",
           "--rate-mbit", "5", "--seed", "3", "--quiet"])
     (resolved,) = started

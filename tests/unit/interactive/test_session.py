@@ -224,7 +224,8 @@ def test_the_log_is_followed_line_by_line(tmp_path):
 
 
 class StandInLiveFabric:
-    """testbed.interactive.live.LiveFabric as the holder uses it: up on entering, down on leaving."""
+    """testbed.interactive.live.LiveFabric as the holder uses it: up on entering, down on
+    leaving."""
 
     fail: str | None = None
     made: list[StandInLiveFabric] = []

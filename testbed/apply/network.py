@@ -69,6 +69,7 @@ from testbed.plan.settings import SYSCTL_TCP_CC, queue_record
 from testbed.plan.shards import CpuLayout, cpu_layout, partition, shard_count
 from testbed.system import counters
 from testbed.system.process import run_tool
+from testbed.system.sockets import read_listening_ports
 
 OVS_TIMEOUT_S = 120
 DRAIN_TIMEOUT_S = 5.0  # after traffic stops, for paused queues to empty (wait_switches_drained)
@@ -132,7 +133,10 @@ class Timings:
 # -- apply ----------------------------------------------------------------------------------
 
 class FabricNetwork:
-    """A running emulation of ``fabric``; use as ``with FabricNetwork(...) as net:``."""
+    """A running emulation of ``fabric``; use as ``with FabricNetwork(...) as net:``. Once up it
+    is a testbed.system.running.RunningFabric, the interface experiments, the drivers and
+    measurement use; the rest (hosts, switchd, controller, marking, pfc) is for the harness
+    and the interactive tools on this machine."""
 
     def __init__(self, fabric: Fabric, workdir: Path, ledger: Ledger, datapath: str = "user",
                  routing: str = "ecmp", log=print, queue: QueueConfig | None = None,
@@ -442,6 +446,25 @@ class FabricNetwork:
         self.ledger.add_process(proc.pid)
         return proc
 
+    def cmd(self, host: str, *args: object) -> str:
+        """Run a command line in ``host``'s shell to its end; its output."""
+        return self.hosts[host].cmd(*args)
+
+    def listening_ports(self, host: str) -> set[int]:
+        """The TCP ports listening in ``host`` now (testbed.system.sockets)."""
+        return read_listening_ports(self.pid(host))
+
+    def netns(self, host: str) -> str:
+        """The path of ``host``'s network namespace (its shell's)."""
+        return f"/proc/{self.pid(host)}/ns/net"
+
+    def set_interface(self, intf: str, up: bool) -> float:
+        """``ip link set intf up|down`` on a switch port; returns the monotonic time just
+        before (the failover measures time the controller's reaction from it)."""
+        t = time.monotonic()
+        subprocess.run(["ip", "link", "set", intf, "up" if up else "down"], check=True)
+        return t
+
     def ping_all(self, timeout_ms: int = 1000, retries: int = 3) -> tuple[int, int]:
         """Prove every pair of hosts reachable, both ways; returns (probes, answered).
 
@@ -503,6 +526,55 @@ class FabricNetwork:
         by_intf = {p.intf: p.label for p in self.shaped_ports}
         return {by_intf[intf]: spans for intf, spans in
                 self.pfc.paused_spans(t0_monotonic, t1_monotonic).items() if intf in by_intf}
+
+    def pause_events(self) -> list[dict]:
+        """The pause agent's events so far (testbed.apply.pfc_runtime.PfcRuntime.events);
+        empty without PFC."""
+        return self.pfc.events() if self.pfc is not None else []
+
+    def port_queue_drops(self) -> dict[str, int]:
+        """Packets each switch port's egress queue dropped so far, by interface."""
+        return counters.port_queue_drops(counters.read_qdiscs(), self.root_interfaces())
+
+    def marked_ports(self) -> list[str]:
+        """The switch ports whose queues the marking covers, by interface."""
+        return [p.intf for p in self.marking.ports] if self.marking is not None else []
+
+    def ecn_counters(self) -> dict[str, dict]:
+        """Every marked port's counters so far (testbed.system.counters.port_counters)."""
+        return self.marking.counters() if self.marking is not None else {}
+
+    def marker_depths(self) -> dict[str, int]:
+        """Every marked port's queue in bytes now as the marking sees it: the eBPF marker's
+        model, or the RED qdisc's backlog (testbed.apply.marking.EcnMarking.queue_depths)."""
+        return self.marking.queue_depths() if self.marking is not None else {}
+
+    def ecn_anchoring(self) -> dict | None:
+        """How the eBPF marker's anchoring went (testbed.apply.marking.EcnMarking.anchoring)."""
+        return self.marking.anchoring() if self.marking is not None else None
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the queues run PFC on a lossless class (a pause agent runs)."""
+        return self.pfc is not None
+
+    def pause_counters(self) -> dict[str, dict]:
+        """The pause agent's counters so far, by interface (empty without PFC)."""
+        return self.pfc.counters().get("interfaces", {}) if self.pfc is not None else {}
+
+    def pause_agent_running(self) -> bool:
+        return self.pfc is not None and self.pfc.alive()
+
+    def emulator_processes(self) -> dict[str, list[int]]:
+        """The processes emulating this fabric, by name: ovs-vswitchd, and the pause agent
+        and the ECN anchor agent where they run."""
+        processes = {"ovs-vswitchd": list(self.switchd.pids)}
+        if self.pfc is not None and self.pfc.proc is not None:
+            processes["pause agent"] = [self.pfc.proc.pid]
+        anchor_pids = self.marking.anchor_pids if self.marking is not None else []
+        if anchor_pids:
+            processes["ECN anchor agent"] = list(anchor_pids)
+        return processes
 
     def pfc_summary(self) -> dict:
         """PFC so far: pause frames sent and received, time paused, storms (from the pause

@@ -71,22 +71,27 @@ class PauseAgentProcess(AgentProcess):
                  f"switch ports every {self.plan.poll_s * 1000:g} ms ({thresholds})"
                  + (f", on CPU {','.join(map(str, cpus))} with the hosts" if cpus else ""))
 
-    def paused_spans(self, t0_monotonic: float,
-                     t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
-        """When each interface's lossless class was paused within the interval, from the
-        agent's events (written every ``SNAPSHOT_S``, so the last fraction of a second may
-        not be in yet; a pause still open at the end counts up to it)."""
+    def events(self) -> list[dict]:
+        """The agent's pause and resume events so far (written every ``SNAPSHOT_S``, so the
+        last fraction of a second may not be in yet); a line still being written is left
+        out."""
         try:
             lines = (self.workdir / EVENTS_FILE).read_text().splitlines()
         except OSError:
-            return {}
+            return []
         events = []
         for line in lines:
             try:
                 events.append(json.loads(line))
             except ValueError:
                 continue  # a line the agent is still writing
-        return paused_within(events, t0_monotonic, t1_monotonic)
+        return events
+
+    def paused_spans(self, t0_monotonic: float,
+                     t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
+        """When each interface's lossless class was paused within the interval, from the
+        agent's events (a pause still open at the end counts up to it)."""
+        return paused_within(self.events(), t0_monotonic, t1_monotonic)
 
 
 def paused_within(events: list[dict], t0: float,

@@ -13,7 +13,7 @@ from pydantic import Field
 from testbed.errors import TestbedError
 from testbed.harness.experiment import Params
 from testbed.measure.patterns import PatternResult, fraction_of_capacity
-from testbed.measure.sockets import wait_listening
+from testbed.system.sockets import wait_listening, wait_ports
 
 BASE_PORT = 5400
 SERVER_START_S = 0.5       # the iperf3 servers' head start before the clients connect
@@ -32,7 +32,8 @@ def wait_servers(net, listeners: list[tuple[str, int]], servers: list) -> None:
         ports.setdefault(host, []).append(port)
     try:
         for host, wanted in ports.items():
-            wait_listening(net.pid(host), wanted, LISTEN_TIMEOUT_S, f"iperf3 server in {host}")
+            wait_ports(lambda h=host: net.listening_ports(h), wanted, LISTEN_TIMEOUT_S,
+                       f"iperf3 server in {host}")
     except TestbedError:
         for proc in servers:
             if proc.poll() is None:

@@ -368,15 +368,15 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
     from contextlib import nullcontext
 
     net, intf = run.net, bench.bottleneck_intf
-    marking = net.marking
-    model = marking is not None and marking.path == ECN_PATH_EBPF
-    marks_before = marking.counters() if marking is not None else None
-    pfc_before = net.pfc.counters().get("interfaces", {}) if net.pfc is not None else None
-    lossless_before = net.pfc_summary()["lossless_drops"] if net.pfc is not None else None
+    marking = net.ecn_path is not None
+    model = net.ecn_path == ECN_PATH_EBPF
+    marks_before = net.ecn_counters() if marking else None
+    pfc_before = net.pause_counters() if net.lossless else None
+    lossless_before = net.pfc_summary()["lossless_drops"] if net.lossless else None
     sample = RoceCapture(net, bench.receiver, run.workdir) if capture else nullcontext()
     with run.watch() as watch, PortBacklog(intf, handle=queue_handle) as backlog:
         def read() -> dict[str, int]:
-            depths = {MARKER: marking.queue_depths()[intf]} if model else {}
+            depths = {MARKER: net.marker_depths()[intf]} if model else {}
             depths[QDISC] = backlog.read()  # right after the model, at the same instant
             return depths
 
@@ -386,12 +386,12 @@ def measure_bottleneck(run, bench, settings: RoceSettings, queue_handle: str,
             roce = run_roce_flows(net, bench.pairs(), settings, run.workdir, cpu)
     t_s = [t0 + t for t in series.t_s]
     marks = None
-    if marking is not None:
-        marks = counter_delta(marks_before, marking.counters()).get(intf, {}).get("marks")
+    if marking:
+        marks = counter_delta(marks_before, net.ecn_counters()).get(intf, {}).get("marks")
     pfc = None
-    if net.pfc is not None:
+    if net.lossless:
         time.sleep(PFC_SETTLE_S)
-        deltas = counter_deltas(pfc_before, net.pfc.counters().get("interfaces", {}))
+        deltas = counter_deltas(pfc_before, net.pause_counters())
         summary = net.pfc_summary()
         pfc = {"pause_frames_sent": int(sum(d["xoff_sent"] + d["xon_sent"]
                                             for d in deltas.values())),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,9 +36,8 @@ from testbed.model.topology.base import Fabric
 from testbed.model.verdict import Check
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import EcnSettings, TcpSettings, queue_record
+from testbed.system.running import RunningFabric
 
-if TYPE_CHECKING:
-    from testbed.apply.network import FabricNetwork
 
 # Named sections of a scenario an experiment may honour; the rest are refused for it.
 TOPOLOGY, ROUTING, QUEUE, HOSTS, ANYCAST = "topology", "routing", "queue", "hosts", "anycast"
@@ -100,7 +99,7 @@ class SetupRun:
     """What ``Experiment.measure`` gets for one setup: the running network, the setup, its
     folder for raw files, and the run's log and progress."""
 
-    net: FabricNetwork
+    net: RunningFabric
     setup: Setup
     workdir: Path
     log: Callable[[str], None]
@@ -116,7 +115,7 @@ class SetupRun:
     def queues(self, report: dict):
         """Count marks and drops at every port, and sample queue depths, while the block runs;
         the report lands in ``report["ecn"]`` (testbed.measure.queues.ecn_monitoring)."""
-        return ecn_monitoring(self.net.marking, self.ecn, report)
+        return ecn_monitoring(self.net, self.ecn, report)
 
 
 class Experiment:

@@ -33,12 +33,12 @@ def anycast_reachable(net, setup, log=print) -> dict:
     returns which replica each host's requests should reach (routing.anycast)."""
     service = AnycastService.from_dict(setup.anycast)
     for name in service.replicas:
-        out = net.host(name).cmd(*anycast_address_argv(service.service_ip))
+        out = net.cmd(name, *anycast_address_argv(service.service_ip))
         if out.strip():
             raise TestbedError(f"{name} cannot take the anycast address: {out.strip()[-200:]}")
     hosts = [h.name for h in net.fabric.hosts]
-    answered = [name for name in hosts if service.service_ip in net.host(name).cmd(
-        "fping", "-a", "-q", "-r", "3", "-t", "1000", service.service_ip).split()]
+    answered = [name for name in hosts if service.service_ip in net.cmd(
+        name, "fping", "-a", "-q", "-r", "3", "-t", "1000", service.service_ip).split()]
     log(f"anycast {service.service_ip}: replicas {', '.join(service.replicas)}; "
         f"{len(answered)}/{len(hosts)} hosts reach it")
     if len(answered) != len(hosts):

@@ -315,8 +315,8 @@ def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress)
         result.update(resolved.experiment.measure(run))
     if events:
         result["failures"] = schedule.applied
-    if live.net.pfc is not None:  # judged by testbed.measure.pauses.agent_alive_checks
-        result.setdefault("pause_agent_running", live.net.pfc.alive())
+    if live.net.lossless:  # judged by testbed.measure.pauses.agent_alive_checks
+        result.setdefault("pause_agent_running", live.net.pause_agent_running())
     if live.impairments is not None and live.impairments.path is not None:
         result["impairments"] = impairment_record(live.impairments, live.net)
     return result

@@ -353,8 +353,8 @@ class LiveFabric:
             "switch_packets": net.switch_counters(),
             "links_down": [f"{link.a}-{link.b}" for link, down
                            in links_not_up(self.description, read_operstate) if down],
-            "ecn": net.marking.counters() if net.marking is not None else None,
-            "pfc": net.pfc_summary() if net.pfc is not None else None,
+            "ecn": net.ecn_counters() if net.ecn_path is not None else None,
+            "pfc": net.pfc_summary() if net.lossless else None,
         }
 
     def dump_flows(self, switch: str) -> list:

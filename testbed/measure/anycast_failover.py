@@ -22,11 +22,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from testbed.apply.network import FabricNetwork
 from testbed.controllers.routing.anycast import anycast_routes, replica_for_hosts
 from testbed.controllers.routing.fabric_state import AnycastService
 from testbed.errors import ConfigError, TestbedError
-from testbed.measure.failover import set_link
+from testbed.system.running import RunningFabric
 
 SERVER_START_S = 0.5        # servers bound before the first request
 CLIENT_GRACE_S = 30.0       # beyond the probe's own duration before it counts as hung
@@ -171,7 +170,7 @@ def probe_argv(cut: AnycastCut) -> list[str]:
             "--interval-s", str(cut.interval_s), "--duration-s", str(cut.duration_s)]
 
 
-def anycast_cut_and_repair(net: FabricNetwork, cut: AnycastCut) -> AnycastFailover:
+def anycast_cut_and_repair(net: RunningFabric, cut: AnycastCut) -> AnycastFailover:
     """Serve ``cut.service`` on its replicas, probe it from ``cut.client``, take
     ``cut.interface`` down and up again on schedule. The network must already carry the
     service (the controller's anycast file and testbed.experiments.allreduce.run.start_anycast)."""
@@ -186,9 +185,9 @@ def anycast_cut_and_repair(net: FabricNetwork, cut: AnycastCut) -> AnycastFailov
         procs.append(client)
         t0 = time.monotonic()
         time.sleep(cut.down_at_s)
-        t_down = set_link(cut.interface, "down")
+        t_down = net.set_interface(cut.interface, False)
         time.sleep(max(0.0, cut.up_at_s - (time.monotonic() - t0)))
-        t_up = set_link(cut.interface, "up")
+        t_up = net.set_interface(cut.interface, True)
         try:
             out, err = client.communicate(timeout=cut.duration_s + CLIENT_GRACE_S)
         except subprocess.TimeoutExpired:

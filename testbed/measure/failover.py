@@ -11,11 +11,10 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 
-from testbed.apply.controller import EVENTS_FILE
-from testbed.apply.network import FabricNetwork
 from testbed.errors import TestbedError
 from testbed.measure.openflow import reaction_times
-from testbed.model.records import read_json_lines
+from testbed.model.records import EVENTS_FILE, read_json_lines
+from testbed.system.running import RunningFabric
 
 PROBE_INTERVAL_S = 0.02     # 50 probes a second across the failure
 PROBE_COUNT = 150           # 3 s of probes
@@ -43,13 +42,6 @@ class Failover:
         return {**asdict(self), "outage_s": self.outage_s}
 
 
-def set_link(intf: str, state: str) -> float:
-    """``ip link set intf up|down``; returns the monotonic time just before."""
-    t = time.monotonic()
-    subprocess.run(["ip", "link", "set", intf, state], check=True)
-    return t
-
-
 def wait_for_event(events_path, kind: str, after_s: float, timeout_s: float = EVENT_TIMEOUT_S):
     """The controller's reactions of ``kind`` to something injected at ``after_s``."""
     deadline = time.monotonic() + timeout_s
@@ -67,16 +59,17 @@ def ping_received(ping_output: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def cut_and_repair(net: FabricNetwork, intf: str, src: str, dst: str) -> Failover:
+def cut_and_repair(net: RunningFabric, intf: str, src: str, dst: str) -> Failover:
     """Probe ``dst`` from ``src`` while ``intf`` (a switch end) goes down; then bring it back."""
     events = net.workdir / EVENTS_FILE
-    host, dst_ip = net.host(src), net.fabric.nodes[dst].ip
-    host.sendCmd(f"ping -c {PROBE_COUNT} -i {PROBE_INTERVAL_S} -W 1 {dst_ip}")
+    ping = net.popen(src, ["ping", "-c", str(PROBE_COUNT), "-i", str(PROBE_INTERVAL_S), "-W",
+                           "1", net.fabric.nodes[dst].ip], stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, text=True)
     time.sleep(SETTLE_S)
-    t_down = set_link(intf, "down")
+    t_down = net.set_interface(intf, False)
     down = wait_for_event(events, "link_down", t_down)
-    lost = PROBE_COUNT - ping_received(host.waitOutput())
-    t_up = set_link(intf, "up")
+    lost = PROBE_COUNT - ping_received(ping.communicate()[0])
+    t_up = net.set_interface(intf, True)
     up = wait_for_event(events, "link_up", t_up)
     if not down or not up:
         raise TestbedError(f"the controller did not report the cut and repair of {intf}: "

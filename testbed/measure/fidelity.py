@@ -35,6 +35,7 @@ from testbed.measure.telemetry import (
     window_rates_mbit,
 )
 from testbed.model.verdict import Check, at_least, at_most
+from testbed.system.running import RunningFabric
 
 # Named tolerances.
 MAX_CPU_BUSY_FRACTION = 0.95       # the machine needs idle time left to be keeping up
@@ -318,27 +319,21 @@ def judge(cpu_busy_fraction: float, vswitchd_cores: float, link_delivery_fractio
 
 class Watch:
     """What the fidelity verdict needs, sampled around a measurement on a running fabric
-    (testbed.apply.network.FabricNetwork): every link direction's bytes, the machine's and
+    (testbed.system.running.RunningFabric): every link direction's bytes, the machine's and
     ovs-vswitchd's CPU (testbed.measure.telemetry.Sampler), and the switches' packet
     counters before and after. ``verdict`` judges a window of it."""
 
-    def __init__(self, net, interval_s: float = 0.25, probe: tuple[str, str] | None = None):
+    def __init__(self, net: RunningFabric, interval_s: float = 0.25,
+                 probe: tuple[str, str] | None = None):
         """``probe``: (source, destination) hosts to measure RTT under load between
         (testbed.measure.rtt), or None."""
         self.net = net
         self.probe = None
         if probe is not None:
             self.probe = RttProbe(net, *probe)
-        threads = {"ovs-vswitchd": list(net.switchd.pids)}
-        pfc = getattr(net, "pfc", None)
-        if pfc is not None and pfc.proc is not None:
-            threads["pause agent"] = [pfc.proc.pid]
-        anchor_pids = getattr(getattr(net, "marking", None), "anchor_pids", [])
-        if anchor_pids:
-            threads["ECN anchor agent"] = list(anchor_pids)
-        queues = (QueueReaders(net.port_backlogs, net.marker_backlogs)
-                  if hasattr(net, "port_backlogs") else None)
-        self.sampler = Sampler(link_directions(net.fabric), net.switchd.pids, interval_s,
+        threads = net.emulator_processes()
+        queues = QueueReaders(net.port_backlogs, net.marker_backlogs)
+        self.sampler = Sampler(link_directions(net.fabric), threads["ovs-vswitchd"], interval_s,
                                threads=threads, queues=queues)
         self.directions = {d.label: d for d in self.sampler.directions}
         self.before: dict[str, int] = {}

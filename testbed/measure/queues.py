@@ -6,11 +6,12 @@ record).
 
 Depths come, by marking path (``testbed.plan.ecn_plan``), from the eBPF marker's
 ``ecn_qdepth`` map (the backlog after the latest packet and its time, drained to the moment
-of reading: ``ecn_plan.queue_bytes_at``) or from the RED qdiscs' backlog.
-``testbed.apply.marking.EcnMarking`` does the reading; everything here is pure but the
-sampling thread. Cost of a sample: one bpf system call (eBPF: ``testbed.apply.bpf_syscall``)
-or one ``tc -s -j qdisc show`` process (RED) reads every port at once; the series keeps how
-long each read took (``read_s``) and the statistics the interval achieved.
+of reading: ``ecn_plan.queue_bytes_at``) or from the RED qdiscs' backlog. The running fabric
+does the reading (testbed.system.running.RunningFabric.marker_depths, by
+``testbed.apply.marking.EcnMarking``); everything here is pure but the sampling thread. Cost
+of a sample: one bpf system call (eBPF: ``testbed.apply.bpf_syscall``) or one ``tc -s -j
+qdisc show`` process (RED) reads every port at once; the series keeps how long each read
+took (``read_s``) and the statistics the interval achieved.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from testbed.measure.stats import percentile
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import EcnSettings, queue_record
 from testbed.system.counters import counter_delta, counter_totals
+from testbed.system.running import RunningFabric
 
 PERCENTILES = (50, 90, 99)
 
@@ -169,19 +171,19 @@ def marking_starts_bytes(queue: QueueConfig,
 
 
 @contextmanager
-def ecn_monitoring(marking, settings: EcnSettings | None,
+def ecn_monitoring(net: RunningFabric, settings: EcnSettings | None,
                    result: dict) -> Iterator[None]:
-    """Sample queue depths while the block runs; when it ends, put the ECN report (counters
-    over the block, depth statistics, queue, path, scaling record) in ``result["ecn"]``.
-    Without marking it does nothing."""
-    if marking is None or settings is None:
+    """Sample the marked ports' queue depths while the block runs; when it ends, put the ECN
+    report (counters over the block, depth statistics, queue, path, scaling record, anchoring)
+    in ``result["ecn"]``. Without marking (no queue on ``net``) it does nothing."""
+    if net.ecn_path is None or settings is None:
         yield
         return
-    before = marking.counters()
-    sampling = (queue_sampling(marking.queue_depths, [p.intf for p in marking.ports],
+    before = net.ecn_counters()
+    sampling = (queue_sampling(net.marker_depths, net.marked_ports(),
                                settings.sample_ms / 1000) if settings.sample_ms > 0
                 else nullcontext())
     with sampling as series:
         yield
-    counters = counter_delta(before, marking.counters())
-    result["ecn"] = ecn_report(settings, marking.path, counters, series, marking.anchoring())
+    counters = counter_delta(before, net.ecn_counters())
+    result["ecn"] = ecn_report(settings, net.ecn_path, counters, series, net.ecn_anchoring())

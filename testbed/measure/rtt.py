@@ -135,7 +135,7 @@ def excess_summary(idle_ms: float | None, probes: list[tuple[float, float]],
 
 class RttProbe:
     """Pings ``dst`` from ``src`` every ``interval_s`` while a measurement runs on ``net`` (a
-    testbed.apply.network.FabricNetwork), sampling the probe path's real switch-port
+    testbed.system.running.RunningFabric), sampling the probe path's real switch-port
     backlogs meanwhile; ``idle()`` first measures the RTT with nothing else on the fabric."""
 
     def __init__(self, net, src: str, dst: str, interval_s: float = 0.05):
@@ -152,8 +152,8 @@ class RttProbe:
 
     def idle(self) -> float | None:
         """The median RTT of a few probes on the quiet fabric."""
-        out = self.net.host(self.src).cmd("ping", "-n", "-D", "-c", str(IDLE_PINGS), "-i",
-                                          "0.02", "-W", "1", self.net.fabric.nodes[self.dst].ip)
+        out = self.net.cmd(self.src, "ping", "-n", "-D", "-c", str(IDLE_PINGS), "-i", "0.02",
+                           "-W", "1", self.net.fabric.nodes[self.dst].ip)
         rtts = [rtt for _, _, rtt in parse_ping(out)]
         self.idle_ms = percentile(rtts, 50) if rtts else None
         return self.idle_ms
@@ -176,7 +176,7 @@ class RttProbe:
         import socket
 
         link, end = self.net.fabric.host_link(host)
-        netns = f"/proc/{self.net.host(host).pid}/ns/net"
+        netns = self.net.netns(host)
         index = in_netns(netns, lambda: socket.if_nametoindex(link.intf(end)))
         wanted = {(index, handle_major(h)) for h in self.host_handles}
         return in_netns(netns, lambda: QdiscBacklogs(wanted)), link.rate_mbit

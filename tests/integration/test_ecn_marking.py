@@ -32,7 +32,6 @@ from testbed.apply.state import process_start_ticks
 from testbed.capabilities import detect, fabric_datapath
 from testbed.measure.backlog import PortBacklog
 from testbed.measure.queues import queue_sampling
-from testbed.measure.sockets import wait_listening
 from testbed.measure.stats import percentile
 from testbed.model.topology import build
 from testbed.plan.anchoring import ANCHOR_POLL_S
@@ -41,6 +40,7 @@ from testbed.plan.port_queue import default_buffer_bytes, htb_burst_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.settings import tcp_settings
 from testbed.system.counters import counter_delta
+from testbed.system.sockets import wait_listening
 
 pytestmark = pytest.mark.stock_kernel
 

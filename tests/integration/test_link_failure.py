@@ -9,12 +9,7 @@ import re
 
 from testbed.apply.controller import EVENTS_FILE
 from testbed.apply.network import FabricNetwork
-from testbed.measure.failover import (
-    cut_and_repair,
-    ping_received,
-    set_link,
-    wait_for_event,
-)
+from testbed.measure.failover import cut_and_repair, ping_received, wait_for_event
 from testbed.model.topology import build
 
 RATE_MBIT = 6.0
@@ -48,13 +43,13 @@ def test_ecmp_buckets_leave_and_return_with_the_link(ledger, tmp_path):
 
         original = buckets()
         assert "3" in original and "4" in original
-        t_down = set_link(FAILED_PORT, "down")
+        t_down = net.set_interface(FAILED_PORT, False)
         assert wait_for_event(events, "link_down", t_down)
         # nothing forwards to the dead port: no bucket, no flow (one uplink left: plain outputs)
         assert "3" not in buckets()
         assert "output:3" not in net.switchd.dump_flows("p0e0")
         assert ping_received(net.host("p0e0h0").cmd("ping", "-c", "3", "-i", "0.1",
                                                fabric.nodes["p3e1h1"].ip)) == 3
-        t_up = set_link(FAILED_PORT, "up")
+        t_up = net.set_interface(FAILED_PORT, True)
         assert wait_for_event(events, "link_up", t_up)
         assert buckets() == original

@@ -21,11 +21,11 @@ import time
 from testbed.apply.network import FabricNetwork
 from testbed.capabilities import detect
 from testbed.measure.fidelity import MIN_BACKLOGGED_DELIVERY_FRACTION, Watch
-from testbed.measure.sockets import wait_listening
 from testbed.model.topology import build
 from testbed.plan.port_queue import HTB_OVERHEAD_BYTES, Handles, htb_burst_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.settings import tcp_settings
+from testbed.system.sockets import wait_listening
 
 RATE_MBIT = 20.0
 MTU = 1500

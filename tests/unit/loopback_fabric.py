@@ -1,7 +1,7 @@
 """A running fabric for training experiments' ``measure`` without root: every rank program an
 experiment starts runs for real as a local process on 127.0.0.1, its addresses rewritten
-(each rank its own free port, gloo on ``lo``), while the emulator's Watch is the stand-in
-whose verdict is given (tests/unit/stand_ins.py)."""
+(each rank its own free port, gloo on ``lo``) by the one stand-in fabric, while the emulator's
+Watch is the stand-in whose verdict is given (tests/unit/stand_ins.py)."""
 from __future__ import annotations
 
 import os
@@ -10,35 +10,18 @@ from pathlib import Path
 
 from testbed.harness.experiment import Setup
 from tests.unit.ranks import REPO, free_ports
-from tests.unit.stand_ins import StandInRun, StandInWatch
+from tests.unit.stand_ins import StandInFabric, StandInRun, StandInWatch
 
 
-class LoopbackWatch(StandInWatch):
-    """The stand-in Watch, with link rates: every link direction carried ``mbit`` Mbit/s."""
+class LoopbackStart:
+    """How StandInFabric starts a rank program here: with loopback addresses. ``--hosts
+    ip,ip,..`` becomes 127.0.0.1 with a free port per rank (the same for every rank of one
+    launch), ``--ifname X`` becomes ``lo``."""
 
-    def __init__(self, directions: list[str], mbit: float = 1.0):
-        super().__init__()
-        self.rates = {d: mbit for d in directions}
-
-    def rates_mbit(self, window_s) -> dict[str, float]:
-        return dict(self.rates)
-
-
-class LoopbackNet:
-    """What ``measure`` uses of a FabricNetwork: the fabric, ``popen`` (the rank programs,
-    run here with loopback addresses: ``launches`` records each argv as started), no PFC,
-    no OVS processes."""
-
-    def __init__(self, fabric):
-        self.fabric = fabric
-        self.pfc = None
-        self.switchd = type("Switchd", (), {"pids": []})()
-        self.launched: list[tuple[str, list[str]]] = []
+    def __init__(self):
         self._ports: dict[tuple, list[int]] = {}
 
     def loopback_argv(self, argv: list[str]) -> list[str]:
-        """``--hosts ip,ip,..`` becomes 127.0.0.1 with a free port per rank (the same for
-        every rank of one launch), ``--ifname X`` becomes ``lo``."""
         out = list(argv)
         if "--hosts" in out:
             i = out.index("--hosts")
@@ -58,19 +41,19 @@ class LoopbackNet:
             out[out.index("--ifname") + 1] = "lo"
         return out
 
-    def popen(self, host: str, argv: list[str], **kwargs):
-        self.launched.append((host, argv))
+    def __call__(self, host: str, argv: list[str], kwargs: dict) -> subprocess.Popen:
         env = {**(kwargs.pop("env", None) or os.environ), "PYTHONPATH": str(REPO)}
         return subprocess.Popen(self.loopback_argv(argv), cwd=REPO, env=env, **kwargs)
 
 
 class LoopbackRun(StandInRun):
-    """A SetupRun around a LoopbackNet, with a LoopbackWatch."""
+    """A SetupRun around the stand-in fabric starting rank programs on loopback
+    (LoopbackStart), whose Watch saw every link direction carry 1 Mbit/s."""
 
     def __init__(self, fabric, workdir: Path, setup_name: str = "fabric", queue=None):
-        net = LoopbackNet(fabric)
-        super().__init__(net, Setup(setup_name, fabric, queue=queue), workdir)
-        self.watched = LoopbackWatch([f"{link.a}->{link.b}" for link in fabric.links])
+        net = StandInFabric(fabric, workdir, queue=queue, start=LoopbackStart())
+        watch = StandInWatch(rates={f"{link.a}->{link.b}": 1.0 for link in fabric.links})
+        super().__init__(net, Setup(setup_name, fabric, queue=queue), workdir, watch)
 
 
 def measure_setups(resolved, folder: Path) -> dict[str, dict]:

@@ -1,11 +1,14 @@
 """Stand-ins for what tests touch on a running fabric and on the machine, so unit tests can
-drive experiments, the ``testbed`` command, the run lifecycle, the Python API and ``testbed up``
-without root: a Watch whose fidelity verdict is given, a SetupRun around a stand-in network,
-``run_scenario`` replaced by a recorder; the machine's lock and ledger, FabricNetwork, Mininet
-hosts without a shell, and a small experiment measuring on them. Nothing here starts a
-process, a namespace or a switch."""
+drive experiments, the drivers, measurement, the ``testbed`` command, the run lifecycle, the
+Python API and ``testbed up`` without root: the one running fabric (``StandInFabric``, a
+testbed.system.running.RunningFabric), a Watch whose fidelity verdict is given, a SetupRun
+around them, ``run_scenario`` replaced by a recorder; the machine's lock and ledger, Mininet
+hosts without a shell, and a small experiment measuring on them. Nothing here makes a
+namespace or a switch, and a process only where a test hands the fabric its own ``start``."""
 from __future__ import annotations
 
+import os
+import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,27 +20,41 @@ import testbed.experiments.registry
 import testbed.harness.run
 import testbed.interactive.live
 from testbed.apply.network import Timings
+from testbed.apply.pfc_agent import EVENTS_FILE as PAUSE_EVENTS_FILE
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.errors import TestbedError
 from testbed.harness.experiment import Experiment, Setup, SetupRun
 from testbed.harness.progress import QuietProgress
 from testbed.harness.run import Outcome
 from testbed.measure.fidelity import judge
+from testbed.model.records import read_json_lines
 from testbed.model.verdict import Verdict, holds
+from testbed.plan.shards import CpuLayout
+from testbed.system.sockets import read_listening_ports
 
 WINDOW_OFFSET_S = 100.0  # the stand-in sampler started this long before CLOCK_MONOTONIC's 0
 
 
 class StandInWatch:
-    """testbed.measure.fidelity.Watch with nothing sampled: no switch lost a packet, the CPU
-    was 30% busy and the busiest link carried 98% of its rate; ``asked`` keeps what the
-    verdict was asked about."""
+    """testbed.measure.fidelity.Watch with nothing sampled. Its sampler's clock runs
+    ``offset_s`` behind CLOCK_MONOTONIC; every link direction in ``rates`` carried that many
+    Mbit/s (``utilisation``: that share of its rate); the verdict finds the CPU ``cpu_busy``
+    busy and the busiest link delivering ``delivery`` of its rate (a fraction, or a function of
+    the judged window) and no packet lost by a switch. It keeps what it was asked: ``windows``
+    (the monotonic windows converted), ``asked`` (the verdict's window, bottleneck and
+    bandwidth_bound) and ``asked_setup``."""
 
     switches = {"rx_packets": 1000, "tx_packets": 1000, "queue_drops": 0}
     t_start, t_end = 1.0, 2.0
 
-    def __init__(self):
+    def __init__(self, rates: dict[str, float] | None = None,
+                 utilisation: dict[str, float] | None = None, delivery=0.98,
+                 cpu_busy: float = 0.3, offset_s: float = WINDOW_OFFSET_S):
+        self.rates, self.utilisations = dict(rates or {}), dict(utilisation or {})
+        self.delivery, self.cpu_busy, self.offset_s = delivery, cpu_busy, offset_s
+        self.windows: list[tuple[float, float]] = []
         self.asked = None
+        self.asked_setup = None
 
     def __enter__(self) -> StandInWatch:
         return self
@@ -46,25 +63,33 @@ class StandInWatch:
         pass
 
     def window_s(self, t0_monotonic: float, t1_monotonic: float) -> tuple[float, float]:
-        return t0_monotonic - WINDOW_OFFSET_S, t1_monotonic - WINDOW_OFFSET_S
+        self.windows.append((t0_monotonic, t1_monotonic))
+        return t0_monotonic - self.offset_s, t1_monotonic - self.offset_s
+
+    def rates_mbit(self, window_s) -> dict[str, float]:
+        return dict(self.rates)
+
+    def utilisation(self, window_s) -> dict[str, float]:
+        return dict(self.utilisations)
 
     def emulator_lost(self) -> int:
         return 0
 
     def verdict(self, window_s=None, bottleneck=None, bandwidth_bound=True, setup=None):
-        self.asked = (window_s, bottleneck, bandwidth_bound)
-        return judge(0.3, 1.0, 0.98, 0.0, bandwidth_bound, setup)
+        self.asked, self.asked_setup = (window_s, bottleneck, bandwidth_bound), setup
+        delivery = self.delivery(window_s) if callable(self.delivery) else self.delivery
+        return judge(self.cpu_busy, 1.0, delivery, 0.0, bandwidth_bound, setup)
 
 
 class StandInRun:
-    """testbed.harness.experiment.SetupRun around a stand-in network: quiet, its queues not
-    monitored, its Watch ``watched``."""
+    """testbed.harness.experiment.SetupRun around a stand-in fabric: quiet, its queues not
+    monitored, its Watch ``watched`` (a StandInWatch unless one is given)."""
 
-    def __init__(self, net, setup, workdir: Path):
+    def __init__(self, net, setup, workdir: Path = Path("."), watch: StandInWatch | None = None):
         self.net, self.setup, self.workdir = net, setup, workdir
         self.log = lambda message: None
         self.progress = QuietProgress()
-        self.watched = StandInWatch()
+        self.watched = watch if watch is not None else StandInWatch()
 
     def watch(self) -> StandInWatch:
         return self.watched
@@ -115,7 +140,11 @@ class StandInSwitchd:
     rundir = Path("/run/testbed/ovs")
 
     def __init__(self, fabric, routing):
-        self.tables = FabricState(fabric, routing).tables
+        self.fabric, self.routing = fabric, routing
+
+    @property
+    def tables(self):
+        return FabricState(self.fabric, self.routing).tables
 
     def dump_groups(self, bridge: str) -> str:
         return "\n".join(f" group_id={i},type=select,bucket=actions=output:1"
@@ -126,32 +155,56 @@ class StandInSwitchd:
                 "pinned_cpus": [0], "allocator": "tcmalloc"}
 
 
-class StandInNetwork:
-    """What the harness and the API use of testbed.apply.network.FabricNetwork; its hosts
-    are shell-less Mininet hosts, ``popen`` starts nothing: it records the argv and answers
-    with a process that has finished (``FinishedProcess``)."""
+class StandInFabric:
+    """The unit tests' one running fabric: a testbed.system.running.RunningFabric with no
+    machine behind it (tests/unit/system/test_running.py checks it against the protocol, as
+    it checks FabricNetwork). It is made as FabricNetwork is, so the harness builds it in
+    place of one, with what the harness reads besides (switchd, timings, CPU layout). Its
+    hosts are shell-less Mininet hosts; what a test needs of it is set by keywords:
 
-    made: list[StandInNetwork] = []
+    - ``start(host, argv, kwargs)``: how ``popen`` starts a process. None (the default)
+      starts nothing: the argv is recorded and a process that has finished answers
+      (``FinishedProcess``); a test that runs programs for real (on loopback, or stand-in
+      servers) passes its own;
+    - ``answers``: what a host's ``cmd`` prints, by a word of the command line;
+    - ``steps``: counters that move on at every reading, by how much (``queue_drops``,
+      ``switch_packets``, ``pause_frames``); zero by default;
+    - ``marked``: marked ports and the depth the marker's model reads for each (marking on
+      ``ecn_path``), with ``ecn_reading(n)`` the ports' counters at the n-th reading and
+      ``anchoring`` the eBPF marker's anchoring record;
+    - ``pause``: the pause agent's counters (a function called at each reading), which makes
+      the fabric lossless; its events are what the test's programs append to the agent's
+      events file in ``workdir``.
+    Every port is listened on where this process listens, and nothing queues."""
 
-    def __init__(self, fabric, workdir, ledger, datapath="user", routing="ecmp", log=print,
-                 queue=None, ecn_path=None, host_sysctls=None, impairments=None, losses=(),
-                 userspace_tso=False, switchd_shards=None, pin_cpus=True, min_host_cpus=1):
-        from testbed.plan.shards import CpuLayout
+    made: list[StandInFabric] = []
 
-        self.fabric, self.workdir, self.ledger = fabric, workdir, ledger
+    def __init__(self, fabric, workdir=Path("."), ledger=None, datapath="user",
+                 routing="ecmp", log=print, queue=None, ecn_path=None, host_sysctls=None,
+                 impairments=None, losses=(), userspace_tso=False, switchd_shards=None,
+                 pin_cpus=True, min_host_cpus=1, *, start=None, answers=None, steps=None,
+                 marked=None, ecn_reading=None, anchoring=None, pause=None):
+        self.fabric, self.workdir, self.ledger, self.queue = fabric, Path(workdir), ledger, queue
+        self.ecn_path = ecn_path if marked is not None else None
         self.cpu_layout = (CpuLayout((0,), (1,)) if pin_cpus and min_host_cpus <= 1
                            else CpuLayout())
         self.pin_cpus, self.min_host_cpus = pin_cpus, min_host_cpus
         self.datapath, self.routing = datapath, routing
         self.switchd = StandInSwitchd(fabric, routing)
         self.timings = Timings(build_s=1.0, programmed_s=0.5)
-        self.hosts = {h.name: shell_less_host(h.name) for h in fabric.hosts}
-        self.links_set: list[tuple[str, str, bool]] = []
-        self.started: list[tuple[str, list[str]]] = []
-        self.stopped = False
-        self.marking = self.pfc = None
+        self.hosts = {h.name: shell_less_host(h.name, answers)
+                      for h in getattr(fabric, "hosts", [])}
         self.controller = SimpleNamespace(port=6653)
-        StandInNetwork.made.append(self)
+        self.start, self.steps = start, dict(steps or {})
+        self.marked, self.ecn_reading, self.pause = marked, ecn_reading, pause
+        self.anchoring = anchoring
+        self.started: list[tuple[str, list[str]]] = []
+        self.envs: list[dict | None] = []
+        self.calls: list[tuple] = []  # (what, ..., the monotonic time asked)
+        self.links_set: list[tuple[str, str, bool]] = []
+        self.readings: dict[str, int] = {}
+        self.stopped = False
+        StandInFabric.made.append(self)
 
     def __enter__(self):
         return self
@@ -160,20 +213,120 @@ class StandInNetwork:
         self.stopped = True
         self.timings.stop_s = 0.25
 
+    def _read(self, counter: str) -> int:
+        self.readings[counter] = self.readings.get(counter, 0) + 1
+        return self.readings[counter]
+
+    # -- hosts ------------------------------------------------------------------------------
     def host(self, name):
         return self.hosts[name]
+
+    def popen(self, host, argv, **kwargs):
+        self.started.append((host, argv))
+        self.envs.append(kwargs.get("env"))
+        if self.start is None:
+            return FinishedProcess(f"{host} ran {' '.join(argv)}\n")
+        return self.start(host, argv, kwargs)
+
+    def cmd(self, host, *args):
+        return self.hosts[host].cmd(*args)
+
+    def listening_ports(self, host):
+        return read_listening_ports(os.getpid())
+
+    def netns(self, host):
+        return f"/proc/{os.getpid()}/ns/net"
 
     def ping_all(self):
         n = len(self.fabric.hosts)
         return n * (n // 2), n * (n // 2)
 
+    # -- links, switches, the controller ----------------------------------------------------
     def set_link(self, a, b, up):
         self.links_set.append((a, b, up))
-        return 1.5
+        self.calls.append(("link", a, b, up, time.monotonic()))
+        return 1.5  # the time just before, as the API reports it
 
-    def popen(self, host, argv, **kwargs):
-        self.started.append((host, argv))
-        return FinishedProcess(f"{host} ran {' '.join(argv)}\n")
+    def set_interface(self, intf, up):
+        self.calls.append(("interface", intf, up, time.monotonic()))
+        return time.monotonic()
+
+    def set_switch(self, name, up):
+        self.calls.append(("switch", name, up, time.monotonic()))
+        return time.monotonic()
+
+    def restart_controller(self):
+        self.calls.append(("controller", time.monotonic()))
+        return 0.25
+
+    def lose(self, losses):
+        self.calls.append(("lose", list(losses), time.monotonic()))
+
+    def loss_counters(self):
+        return {"applied": 0, "dropped": 0, "interfaces": {}}
+
+    # -- counters and samples ---------------------------------------------------------------
+    def queue_drops(self):
+        return self.steps.get("queue_drops", 0) * self._read("queue_drops")
+
+    def switch_counters(self):
+        n = self.steps.get("switch_packets", 0) * self._read("switch_packets")
+        return {"rx_packets": n, "tx_packets": n, "queue_drops": 0, "impairment_drops": 0}
+
+    def port_queue_drops(self):
+        return {intf: 0 for _, _, intf, _ in self.fabric.switch_ends()}
+
+    def wait_switches_drained(self, timeout_s=0.0):
+        return 0
+
+    def port_backlogs(self):
+        return {}
+
+    def marker_backlogs(self):
+        return {}
+
+    def marked_ports(self):
+        return list(self.marked or {})
+
+    def ecn_counters(self):
+        if self.marked is None:
+            return {}
+        return self.ecn_reading(self._read("ecn")) if self.ecn_reading else {}
+
+    def marker_depths(self):
+        return dict(self.marked or {})
+
+    def ecn_anchoring(self):
+        return self.anchoring
+
+    # -- PFC ---------------------------------------------------------------------------------
+    @property
+    def lossless(self):
+        return self.pause is not None
+
+    def pause_counters(self):
+        return self.pause() if self.pause is not None else {}
+
+    def pause_agent_running(self):
+        return self.lossless
+
+    def pfc_summary(self):
+        if not self.lossless:
+            raise TestbedError("this fabric runs without PFC (its queue has no pfc thresholds)")
+        return {"pause_frames_sent": self.steps.get("pause_frames", 0) * self._read("pfc"),
+                "pause_frames_received": 0, "paused_time_s": 0.0, "pause_storms": 0,
+                "lossless_drops": 0, "agent_running": True}
+
+    def pause_events(self):
+        """What the programs a test starts appended to the pause agent's events file."""
+        path = self.workdir / PAUSE_EVENTS_FILE
+        return read_json_lines(path) if self.lossless and path.exists() else []
+
+    def paused_spans(self, t0_monotonic, t1_monotonic):
+        return {}
+
+    def emulator_processes(self):
+        return {"ovs-vswitchd": list(self.switchd.pids)}
 
 
 class FinishedProcess:
@@ -240,12 +393,12 @@ def standins(monkeypatch):
         held.append(run_id)
         yield "ledger"
 
-    StandInNetwork.made = []
+    StandInFabric.made = []
     StandInExperiment.runs = []
     monkeypatch.setattr(StandInExperiment, "fail_with", None)
     for module in (testbed.harness.run, testbed.interactive.live):  # where they are looked up
         monkeypatch.setattr(module, "machine", machine)
-    monkeypatch.setattr(testbed.harness.run, "FabricNetwork", StandInNetwork)
+    monkeypatch.setattr(testbed.harness.run, "FabricNetwork", StandInFabric)
     monkeypatch.setitem(testbed.experiments.registry.EXPERIMENTS, "standin",
                         "tests.unit.stand_ins:StandInExperiment")
     monkeypatch.setitem(testbed.experiments.registry.EXPERIMENTS, "standin-two",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from tests.unit.stand_ins import StandInExperiment, StandInNetwork, standins  # noqa: F401 (a fixture)
+from tests.unit.stand_ins import StandInExperiment, StandInFabric, standins  # noqa: F401 (a fixture)
 
 from testbed import errors
 from testbed.harness.experiment import Setup
@@ -100,7 +100,7 @@ def test_link_rates_from_two_counter_readings():
 
 def test_a_fabric_is_up_for_the_block_and_down_after(tmp_path, standins):
     with up(topology={"name": "fattree", "k": 4}, results_dir=tmp_path) as fab:
-        (net,) = StandInNetwork.made
+        (net,) = StandInFabric.made
         assert fab.net is net and not net.stopped
         assert standins == [fab.run_id] and fab.workdir == tmp_path / fab.run_id
         assert (fab.workdir / "config.json").exists()
@@ -145,7 +145,7 @@ def test_an_experiment_runs_on_the_fabric_kept_up(tmp_path, standins):
         first = fab.run("standin")
         second = fab.run("standin")
         assert not fab.net.stopped
-    (net,) = StandInNetwork.made  # one fabric, measured twice
+    (net,) = StandInFabric.made  # one fabric, measured twice
     assert [run.net for run in StandInExperiment.runs] == [net, net]
     for outcome in (first, second):
         assert outcome.status == "complete" and outcome.exit_status(accept_untrusted=True) == 0

@@ -67,6 +67,7 @@ from testbed.plan.settings import (
     tcp_settings,
 )
 from testbed.system.counters import counter_delta
+from testbed.system.running import RunningFabric
 
 # Rates up to the Mininet-HiFi reproduction's 100 Mbit/s. PLATFORM.md measured 484 Mbit/s
 # of TCP through two userspace switches at MTU 1500; N senders' bursts arrive at up to N
@@ -219,23 +220,21 @@ class Dctcp(Experiment):
         net, setup = run.net, run.setup
         bench = bench_of(net.fabric)
         intf = bench.bottleneck_intf
-        marking = net.marking
         queueing = DROPTAIL if setup.queue.ecn is None else ECN
         mtu = net.fabric.mtu_bytes
         # On the eBPF path the marker keeps its own model of the queue; on the RED path the
         # qdisc is the one that marks, and the only queue there is.
-        model = marking.path == ECN_PATH_EBPF
-        ifindex = next(port.ifindex for port in marking.ports if port.intf == intf)
+        model = net.ecn_path == ECN_PATH_EBPF
         rtt = idle_rtt(net, bench)
         pairs = [(sender, bench.receiver) for sender in bench.senders]
-        before = marking.counters()
+        before = net.ecn_counters()
         run.log(f"{setup.name}: {len(pairs)} flows for {p.omit_s} + {p.seconds} s; idle RTT "
                 f"{'-' if rtt is None else format(rtt['avg_ms'], '.2f')} ms; queue of {intf} "
                 f"sampled every {QUEUE_SAMPLE_MS:g} ms "
                 f"({'qdisc backlog and marker model' if model else 'qdisc backlog'})")
-        with run.watch() as watch, PortBacklog(intf, ifindex) as backlog:
+        with run.watch() as watch, PortBacklog(intf) as backlog:
             def read() -> dict[str, int]:
-                depths = {MARKER: marking.queue_depths()[intf]} if model else {}
+                depths = {MARKER: net.marker_depths()[intf]} if model else {}
                 depths[QDISC] = backlog.read()  # right after the model, at the same instant
                 return depths
 
@@ -246,7 +245,7 @@ class Dctcp(Experiment):
                 t_flows = time.monotonic() + SERVER_START_S
                 with flow_progress(run.progress, series, mtu, t_flows, p.omit_s + p.seconds):
                     rates, errors = run_flows(net, pairs, p.seconds, p.omit_s)
-        counters = counter_delta(before, marking.counters())[intf]
+        counters = counter_delta(before, net.ecn_counters())[intf]
 
         window = judged_window_s(p.omit_s, p.seconds)
         t_rel = [t + t_queue0 - t_flows for t in series.t_s]
@@ -271,7 +270,7 @@ class Dctcp(Experiment):
             "mtu_bytes": mtu, "buffer_bytes": setup.queue.buffer_bytes,
             "k_bytes": None if setup.queue.ecn is None else setup.queue.ecn.start_bytes,
             "k_scaling": (scaling.get("ecn") or [None])[0], "tcp": setup.tcp.to_dict(),
-            "ecn_path": marking.path, "bottleneck": intf,
+            "ecn_path": net.ecn_path, "bottleneck": intf,
             "bottleneck_label": bench.bottleneck_label, "window_s": list(window),
             "window_monotonic_s": [t_flows + window[0], t_flows + window[1]],
             "queue_source": "qdisc backlog (rtnetlink)",
@@ -302,11 +301,10 @@ class Dctcp(Experiment):
         return plot_queues(results, folder, title)
 
 
-def idle_rtt(net, bench: Bench) -> dict | None:
+def idle_rtt(net: RunningFabric, bench: Bench) -> dict | None:
     """The RTT from the first sender to the receiver before any flow runs."""
-    out = net.host(bench.senders[0]).cmd(
-        "ping", "-q", "-c", str(PING_COUNT), "-i", str(PING_INTERVAL_S),
-        net.fabric.nodes[bench.receiver].ip)
+    out = net.cmd(bench.senders[0], "ping", "-q", "-c", str(PING_COUNT), "-i",
+                  str(PING_INTERVAL_S), net.fabric.nodes[bench.receiver].ip)
     return parse_ping_rtt_ms(out)
 
 

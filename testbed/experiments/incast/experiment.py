@@ -244,7 +244,7 @@ class Incast(Experiment):
         mode = run.setup.name
         point = capture_point(run.net.fabric, p.receiver) \
             if mode == PFC and p.capture_pauses else None
-        agent_before = run.net.pfc.counters().get("interfaces", {}) if point else {}
+        agent_before = run.net.pause_counters() if point else {}
         measurements = []
         with run.watch() as watch:
             with (PauseCapture(run.net, point, run.workdir) if point
@@ -265,12 +265,11 @@ class Incast(Experiment):
                   "packets": {"switches": watch.switches, "emulator_lost": watch.emulator_lost(),
                               "still_queued_packets": queued},
                   "window_monotonic_s": [watch.t_start, watch.t_end]}
-        if run.net.pfc is not None:
-            result["pause_agent_running"] = run.net.pfc.alive()
+        if run.net.lossless:
+            result["pause_agent_running"] = run.net.pause_agent_running()
         if point is not None:
             result["pause_capture"] = capture_summary(
-                point, capture, agent_deltas(agent_before,
-                                             run.net.pfc.counters().get("interfaces", {})))
+                point, capture, agent_deltas(agent_before, run.net.pause_counters()))
             run.log(f"{mode}: pause capture: {capture_cell(result['pause_capture'])}")
         return result
 
@@ -292,7 +291,7 @@ class Incast(Experiment):
             before["tcp"] = read_tcp_counters(net, hosts)
             before["drops"] = net.queue_drops()
             before["switches"] = net.switch_counters()
-            before["pfc"] = net.pfc_summary() if net.pfc is not None else None
+            before["pfc"] = net.pfc_summary() if net.lossless else None
 
         report: dict = {}
         with run.queues(report):

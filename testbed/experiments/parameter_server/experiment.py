@@ -37,7 +37,6 @@ from testbed.harness.scenario import Problem
 from testbed.model.verdict import at_least, holds, near
 from testbed.plan.port_queue import Handles
 from testbed.plan.training import cost_links, place_hosts
-from testbed.system.counters import port_queue_drops, read_qdiscs
 from testbed.traffic.training.parameter_server import ASYNC, BSP
 
 from testbed.experiments.parameter_server.backlog import BacklogSampler, backlog_stats
@@ -156,15 +155,15 @@ class ParameterServer(Experiment):
         phases = {}
         with RankWatch(run) as watch:
             for mode in p.modes:
-                drops = port_queue_drops(read_qdiscs(), ports)
-                pfc = net.pfc_summary() if net.pfc is not None else None
+                drops = net.port_queue_drops()
+                pfc = net.pfc_summary() if net.lossless else None
                 t0 = time.monotonic()
                 with BacklogSampler(ports, handle, p.backlog_sample_ms / 1e3) as backlog:
                     results = watch.run_ranks(launches(PS_MODULE, hosts, [ips[h] for h in hosts],
                                                        self.ps_args(mode), RANK_PORT),
                                               f"parameter server, {mode}", prefix=f"ps-{mode}-rank")
                 t1 = time.monotonic()
-                after = port_queue_drops(read_qdiscs(), ports)
+                after = net.port_queue_drops()
                 phase = ps_summary(mode, results, p.steps)
                 phase["server_ports"] = {
                     intf: {"server": server, **backlog_stats(backlog.series["backlog_bytes"][intf]),

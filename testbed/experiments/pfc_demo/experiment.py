@@ -34,7 +34,6 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.apply.pfc_agent import EVENTS_FILE
 from testbed.drive.flows import SERVER_START_S, run_flows
 from testbed.errors import ConfigError
 from testbed.experiments.pfc_demo.checks import CONDITIONS, LOSSY, PFC_ECN, demo_checks
@@ -48,7 +47,6 @@ from testbed.experiments.pfc_demo.spreading import (
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun, distinct
 from testbed.harness.scenario import Problem
 from testbed.measure.pauses import counter_deltas
-from testbed.model.records import read_json_lines
 from testbed.plan.modes import LOSSLESS_TOS, mode_tcp
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.profiles import U32_MAX, QueueConfig
@@ -185,8 +183,8 @@ class PfcDemo(Experiment):
         pairs = [victim, *((s, p.receiver) for s in senders)]
         edge, _ = net.fabric.host_attachment(p.receiver)
         drops_before = net.queue_drops()
-        pfc_before = net.pfc.counters().get("interfaces", {}) if net.pfc is not None else None
-        lossless_before = net.pfc_summary()["lossless_drops"] if net.pfc is not None else None
+        pfc_before = net.pause_counters() if net.lossless else None
+        lossless_before = net.pfc_summary()["lossless_drops"] if net.lossless else None
         report: dict = {}
         run.log(f"{run.setup.name}: victim beside {len(senders)} incast flows into "
                 f"{p.receiver} for {p.contention_s} s")
@@ -213,7 +211,7 @@ class PfcDemo(Experiment):
             "packets": {"switches": watch.switches, "emulator_lost": watch.emulator_lost(),
                         "still_queued_packets": queued},
         }
-        if net.pfc is not None:
+        if net.lossless:
             time.sleep(EVENTS_SETTLE_S)
             result.update(self.pauses(run, pfc_before, lossless_before, edge, t0, t1))
         run.log(f"{run.setup.name}: {condition_line(result)}")
@@ -225,9 +223,9 @@ class PfcDemo(Experiment):
         paused, storms, and where the pauses went; the paused-ports series goes to a file."""
         net = run.net
         summary = net.pfc_summary()
-        after = net.pfc.counters().get("interfaces", {})
+        after = net.pause_counters()
         deltas = counter_deltas(pfc_before, after)
-        events = in_window(read_json_lines(net.workdir / EVENTS_FILE), t0, t1)
+        events = in_window(net.pause_events(), t0, t1)
         ts, counts = paused_ports_series(events, t0)
         (run.workdir / PAUSED_SERIES_FILE).write_text(json.dumps({"t_s": ts, "ports": counts}))
         by_hop = spreading(events, deltas, net.fabric, edge)

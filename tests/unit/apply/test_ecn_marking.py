@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from tests.unit.stand_ins import StandInFabric
 
 import testbed.apply.marking as apply
 import testbed.apply.network as network
@@ -733,33 +734,24 @@ def test_the_sampler_samples_until_the_block_ends_and_records_a_failing_read():
     assert series.error == "RuntimeError: bpftool: no such map" and series.t_s == []
 
 
-class FakeMarking:
-    """What ecn_monitoring needs of EcnMarking: counters that grow, and depths."""
-
-    path = "ebpf"
-    ports = ports3()
-
-    def __init__(self):
-        self.reads = 0
-
-    def counters(self):
-        self.reads += 1
-        marks = 0 if self.reads == 1 else 150
+def marked_fabric() -> StandInFabric:
+    """What ecn_monitoring needs of a running fabric, the stand-in's: marked ports whose
+    counters grow, and depths."""
+    def reading(n: int) -> dict:
+        marks = 0 if n == 1 else 150
         return {"l0-eth3": {"rate_mbit": RATE_MBIT, "marks": marks, "ect_packets": 10 * marks,
                             "fifo_drops": 0, "max_queue_bytes": 34_000}}
 
-    def queue_depths(self):
-        return {"l0-eth1": 0, "l0-eth3": 31_000}
-
-    def anchoring(self):
-        return {"polls": 25, "running": True}
+    return StandInFabric(three_hosts_one_leaf(), ecn_path="ebpf", ecn_reading=reading,
+                         marked={"l0-eth1": 0, "l0-eth3": 31_000},
+                         anchoring={"polls": 25, "running": True})
 
 
 def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path):
     settings = ecn_settings({"scheme": "dctcp", "sample_ms": SAMPLE_INTERVAL_S * 1000},
                             RATE_MBIT, MTU, BUFFER_BYTES)
     result: dict = {}
-    with ecn_monitoring(FakeMarking(), settings, result):
+    with ecn_monitoring(marked_fabric(), settings, result):
         time.sleep(SAMPLING_WINDOW_S)
     ecn = result["ecn"]
     assert ecn["path"] == "ebpf"
@@ -780,7 +772,7 @@ def test_a_run_with_ecn_records_path_queue_scaling_counters_and_depths(tmp_path)
 
 def test_without_marking_the_run_has_no_ecn_part():
     result: dict = {}
-    with ecn_monitoring(None, None, result):
+    with ecn_monitoring(StandInFabric(three_hosts_one_leaf()), None, result):
         pass
     assert result == {}
     settings = EcnSettings(QueueConfig(BUFFER_BYTES), None, None, 0.0)

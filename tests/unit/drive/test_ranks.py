@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.unit.stand_ins import StandInRun
+from tests.unit.stand_ins import StandInFabric, StandInRun
 from testbed import errors
 from testbed.harness.progress import Progress
 from testbed.drive.ranks import (
@@ -31,15 +31,10 @@ from testbed.measure.generators import GeneratorCpu
 from testbed.model.topology.line import line
 
 
-class LocalNet:
-    """Starts every host's program here; keeps what was asked."""
-
-    def __init__(self):
-        self.started = []
-
-    def popen(self, host, argv, **kwargs):
-        self.started.append((host, argv, kwargs.get("env")))
-        return subprocess.Popen(argv, **kwargs)
+def local_fabric(fabric=None) -> StandInFabric:
+    """The stand-in fabric starting every host's program here (it keeps what was asked)."""
+    return StandInFabric(fabric or line(2, 10.0),
+                         start=lambda host, argv, kwargs: subprocess.Popen(argv, **kwargs))
 
 
 def program(rank: int, body: str = "", out: dict | None = None) -> list[str]:
@@ -78,7 +73,7 @@ def test_outputs_that_are_errors_name_the_rank():
 
 
 def test_ranks_run_with_their_output_in_files_and_rank0s_progress_followed(tmp_path):
-    net = LocalNet()
+    net = local_fabric()
     logged = []
     procs = start_ranks(net, [Launch("h0", program(0)), Launch("h1", program(1), {"X": "1"})],
                         tmp_path, prefix="ar-rank")
@@ -88,8 +83,8 @@ def test_ranks_run_with_their_output_in_files_and_rank0s_progress_followed(tmp_p
     assert json.loads((tmp_path / "ar-rank1.json").read_text())["rank"] == 1
     assert "progress" in (tmp_path / "ar-rank0.err").read_text()
     assert any(line.startswith("steps: 2/2") for line in logged)
-    assert net.started[1][2]["X"] == "1" and "PATH" in net.started[1][2]  # added to the env
-    assert net.started[0][2] is None
+    assert net.envs[1]["X"] == "1" and "PATH" in net.envs[1]  # added to the env
+    assert net.envs[0] is None
 
 
 def test_piped_output_is_kept_in_the_file_too(tmp_path):
@@ -101,7 +96,7 @@ def test_piped_output_is_kept_in_the_file_too(tmp_path):
 
 
 def test_a_failed_rank_is_an_error_with_its_message(tmp_path):
-    net = LocalNet()
+    net = local_fabric()
     procs = start_ranks(net, [Launch("h0", program(0)),
                               Launch("h1", program(1, "raise SystemExit('broken link')\n"))],
                         tmp_path)
@@ -110,7 +105,7 @@ def test_a_failed_rank_is_an_error_with_its_message(tmp_path):
 
 
 def test_a_rank_that_outlives_its_time_is_killed(tmp_path):
-    net = LocalNet()
+    net = local_fabric()
     procs = start_ranks(net, [Launch("h0", program(0)),
                               Launch("h1", program(1, "import time; time.sleep(60)\n"))],
                         tmp_path)
@@ -138,7 +133,7 @@ def test_the_all_ranks_window_is_where_every_rank_was_timing():
 
 
 def test_run_ranks_watches_each_rank_over_its_window(tmp_path):
-    run = StandInRun(LocalNet(), None, tmp_path)
+    run = StandInRun(local_fabric(), None, tmp_path)
     with GeneratorCpu(interval_s=0.05) as cpu:
         results = run_ranks(run, [Launch("h0", program(0)), Launch("h1", program(1))], "job",
                             prefix="j-rank", cpu=cpu)
@@ -148,7 +143,7 @@ def test_run_ranks_watches_each_rank_over_its_window(tmp_path):
 
 
 def test_the_rank_watch_adds_the_generators_to_the_verdict(tmp_path):
-    run = StandInRun(LocalNet(), None, tmp_path)
+    run = StandInRun(local_fabric(), None, tmp_path)
     run.net.fabric = line(2, 10.0)
     with RankWatch(run) as watch:
         watch.run_ranks([Launch("h0", program(0, out={"rank": 0}))], "job")

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from scapy.all import Ether, IP, raw, wrpcap
+from tests.unit.stand_ins import StandInFabric
 
 from testbed import errors
 from testbed.capabilities import Capability, Platform, choose_paths
@@ -135,20 +136,17 @@ def test_the_judged_flows_are_all_sending_from_the_last_start_to_the_first_end()
 # --- a real run through a stand-in network ------------------------------------------------------
 
 
-class LoopbackNet:
-    """What run_roce_flows uses of FabricNetwork: the fabric's addresses and popen, here
-    with every host on its own 127.0.0.x address of this namespace."""
-
-    def __init__(self, hosts: dict[str, str]):
-        self.fabric = SimpleNamespace(nodes={name: SimpleNamespace(ip=ip)
-                                             for name, ip in hosts.items()})
-
-    def popen(self, host, argv, **kwargs):
-        return subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[3], **kwargs)
+def loopback_fabric(hosts: dict[str, str]) -> StandInFabric:
+    """What run_roce_flows uses of a running fabric, the stand-in's: the hosts' addresses,
+    here every host on its own 127.0.0.x address of this namespace, and popen, starting the
+    programs here."""
+    fabric = SimpleNamespace(nodes={name: SimpleNamespace(ip=ip) for name, ip in hosts.items()})
+    return StandInFabric(fabric, start=lambda host, argv, kwargs: subprocess.Popen(
+        argv, cwd=Path(__file__).resolve().parents[3], **kwargs))
 
 
 def test_an_incast_of_two_flows_runs_and_verifies(tmp_path):
-    net = LoopbackNet({"h0": "127.0.0.2", "h1": "127.0.0.3", "h2": "127.0.0.4"})
+    net = loopback_fabric({"h0": "127.0.0.2", "h1": "127.0.0.3", "h2": "127.0.0.4"})
     settings = RoceSettings(count=4, message_bytes=100_000, timeout_s=RUN_TIMEOUT_S)
     run = run_roce_flows(net, [("h0", "h2"), ("h1", "h2")], settings, tmp_path)
     assert run.errors == [] and run.all_verified() is True
@@ -171,7 +169,7 @@ def test_a_server_is_judged_over_the_flows_it_served():
 def test_the_generators_cpu_covers_each_program_over_its_flows(tmp_path):
     from testbed.measure.generators import GeneratorCpu
 
-    net = LoopbackNet({"h0": "127.0.0.2", "h1": "127.0.0.3", "h2": "127.0.0.4"})
+    net = loopback_fabric({"h0": "127.0.0.2", "h1": "127.0.0.3", "h2": "127.0.0.4"})
     settings = RoceSettings(count=4, message_bytes=100_000, timeout_s=RUN_TIMEOUT_S)
     with GeneratorCpu() as cpu:
         run = run_roce_flows(net, [("h0", "h2"), ("h1", "h2")], settings, tmp_path, cpu)
@@ -181,7 +179,7 @@ def test_the_generators_cpu_covers_each_program_over_its_flows(tmp_path):
 
 
 def test_a_sender_that_fails_is_an_error_of_the_run_not_an_exception(tmp_path):
-    net = LoopbackNet({"h0": "127.0.0.2", "h1": "192.0.2.1"})  # TEST-NET-1: not ours
+    net = loopback_fabric({"h0": "127.0.0.2", "h1": "192.0.2.1"})  # TEST-NET-1: not ours
     settings = RoceSettings(count=1, timeout_s=1.0)
     # the server cannot bind an address this machine does not have; the sender finds nobody
     run = run_roce_flows(net, [("h0", "h1")], settings, tmp_path)

@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib.figure
 import pytest
 from pydantic import ValidationError
+from tests.unit.stand_ins import StandInFabric, StandInRun, StandInWatch
 
 import testbed.cli
 import testbed.harness.run
@@ -585,68 +586,14 @@ def test_a_bad_flag_is_one_line_naming_the_field(started, capsys):
 # --- measure, on a stand-in for a running fabric ----------------------------------------------
 
 
-class FakeWatch:
-    """Stands in for testbed.measure.fidelity.Watch and records what it was asked."""
-
-    def __init__(self):
-        self.asked: dict = {}
-        self.switches = {"rx_packets": 1000, "tx_packets": 1000, "queue_drops": 0}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def window_s(self, t0, t1):
-        self.asked["window_monotonic_s"] = (t0, t1)
-        return (1.0, 2.0)
-
-    def utilisation(self, window):
-        return {"l0->l0h2": 0.97}
-
-    def rates_mbit(self, window):
-        return {"l0->l0h2": 19.4}
-
-    def emulator_lost(self):
-        return 0
-
-    def verdict(self, window, bottleneck=None, bandwidth_bound=True, setup=None):
-        self.asked.update(bottleneck=bottleneck, bandwidth_bound=bandwidth_bound, setup=setup)
-        return judge(0.5, 1.0, 0.97, 0.0, bandwidth_bound, setup)
-
-
-class FakeMarking:
-    path = "ebpf"
-
-    def __init__(self, model_bytes: int):
-        from testbed.plan.port_queue import Port
-
-        self.ports = [Port("l0-eth1", 5, RATE_MBIT), Port("l0-eth3", 7, RATE_MBIT)]
-        self.model_bytes = model_bytes
-        self.reads = 0
-
-    def counters(self):
-        self.reads += 1
-        return {"l0-eth3": {"marks": 100 * self.reads, "fifo_drops": 0,
-                            "virtual_fifo_drops": 0, "max_queue_bytes": 9000}}
-
-    def queue_depths(self):
-        return {"l0-eth1": 0, "l0-eth3": self.model_bytes}
-
-
-class FakeHost:
-    def cmd(self, *argv):
-        return "rtt min/avg/max/mdev = 0.100/0.200/0.300/0.050 ms\n"
-
-
-class FakeNet:
-    def __init__(self, fabric, model_bytes):
-        self.fabric = fabric
-        self.marking = FakeMarking(model_bytes)
-
-    def host(self, name):
-        return FakeHost()
+def bench_running(fabric, path: str) -> StandInFabric:
+    """The stand-in fabric marking on ``path``: the receiver's port's marks grow by 100 at
+    every reading, the marker's model holds 7500 B there, and a ping answers in 0.2 ms."""
+    return StandInFabric(
+        fabric, ecn_path=path, marked={"l0-eth1": 0, "l0-eth3": 7500},
+        ecn_reading=lambda n: {"l0-eth3": {"marks": 100 * n, "fifo_drops": 0,
+                                           "virtual_fifo_drops": 0, "max_queue_bytes": 9000}},
+        answers={"ping": "rtt min/avg/max/mdev = 0.100/0.200/0.300/0.050 ms\n"})
 
 
 class FakeBacklog:
@@ -677,44 +624,30 @@ def fake_run_flows(net, pairs, seconds, omit_s):
     return [9.7] * len(pairs), []
 
 
-def measured(tmp_path, monkeypatch, queueing: str, path: str = "ebpf") -> tuple[dict, FakeWatch]:
+def measured(tmp_path, monkeypatch, queueing: str,
+             path: str = "ebpf") -> tuple[dict, StandInWatch]:
     """measure() of the 2-sender setup on the stand-in fabric, marking on ``path``."""
     import testbed.experiments.dctcp.experiment as module
-    from testbed.harness.progress import QuietProgress
 
     monkeypatch.setattr(module, "run_flows", fake_run_flows)
     monkeypatch.setattr(module, "PortBacklog", FakeBacklog)
     FakeBacklog.opened = []
     e = experiment(senders=[2], omit_s=0, seconds=5)
     setup = next(s for s in e.setups() if s.name == f"n2-{queueing}")
-    watch = FakeWatch()
-
-    class Run:
-        net = FakeNet(setup.fabric, model_bytes=7500)
-        workdir = tmp_path
-        progress = QuietProgress()
-
-        @staticmethod
-        def log(message):
-            pass
-
-        @staticmethod
-        def watch():
-            return watch
-
-    Run.setup = setup
-    Run.net.marking.path = path
-    return e.measure(Run), watch
+    watch = StandInWatch(rates={"l0->l0h2": 19.4}, utilisation={"l0->l0h2": 0.97})
+    run = StandInRun(bench_running(setup.fabric, path), setup, tmp_path, watch)
+    return e.measure(run), watch
 
 
 @pytest.mark.parametrize("queueing", [DROPTAIL, ECN])
 def test_measure_samples_the_real_backlog_beside_the_model(queueing, tmp_path, monkeypatch):
     r, watch = measured(tmp_path, monkeypatch, queueing)
     name = f"n2-{queueing}"
-    assert FakeBacklog.opened == [("l0-eth3", 7)]  # the receiver's port, by its ifindex
-    assert watch.asked["bottleneck"] == "l0->l0h2" and watch.asked["setup"] == name
-    assert watch.asked["bandwidth_bound"] is (queueing == DROPTAIL)
-    t0, t1 = watch.asked["window_monotonic_s"]
+    assert FakeBacklog.opened == [("l0-eth3", None)]  # the receiver's port, by its name
+    _, bottleneck, bandwidth_bound = watch.asked
+    assert bottleneck == "l0->l0h2" and watch.asked_setup == name
+    assert bandwidth_bound is (queueing == DROPTAIL)
+    [(t0, t1)] = watch.windows
     assert t1 - t0 == pytest.approx(5 - END_MARGIN_S)
     assert r["window_monotonic_s"] == [t0, t1]
     samples = read_queue_samples(tmp_path / QUEUE_FILE)

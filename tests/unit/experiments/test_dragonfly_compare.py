@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from tests.unit.stand_ins import StandInFabric, StandInRun, StandInWatch
 
 import testbed.experiments.dragonfly_routing.experiment as dragonfly_routing
 from testbed.experiments.dragonfly_routing.experiment import (
@@ -17,9 +18,7 @@ from testbed.experiments.dragonfly_routing.experiment import (
     predicted_fraction,
     shift_pairs,
 )
-from testbed.harness.progress import QuietProgress
 from testbed.experiments.registry import load, validate
-from testbed.measure.fidelity import judge
 from testbed.measure.patterns import PatternResult
 from testbed.model.topology.dragonfly import dragonfly
 
@@ -122,21 +121,7 @@ def test_trust_counts_failed_flows_per_routing():
     assert trust == {"minimal": "PASS", "ugal": "FAIL"}
 
 
-class FakeWatch:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def window_s(self, t0, t1):
-        return (t0, t1)
-
-    def verdict(self, window_s=None, bottleneck=None, bandwidth_bound=True, setup=None):
-        return judge(0.6, 1.0, 0.97, 0.0, bandwidth_bound, setup)
-
-
-def test_measure_runs_the_shift_and_the_seeded_permutation(monkeypatch):
+def test_measure_runs_the_shift_and_the_seeded_permutation(monkeypatch, tmp_path):
     e = experiment(seconds=4, omit_s=1)
     setup = e.setups()[2]
     seen = {}
@@ -148,9 +133,8 @@ def test_measure_runs_the_shift_and_the_seeded_permutation(monkeypatch):
                 for name, pairs in patterns.items()}
 
     monkeypatch.setattr(dragonfly_routing, "run_patterns", fake_patterns)
-    run = type("Run", (), {"setup": setup, "net": type("Net", (), {"fabric": setup.fabric})(),
-                           "log": staticmethod(lambda m: None), "progress": QuietProgress(),
-                           "watch": staticmethod(FakeWatch)})()
+    run = StandInRun(StandInFabric(setup.fabric, tmp_path), setup, tmp_path,
+                     StandInWatch(delivery=0.97, cpu_busy=0.6))
     r = e.measure(run)
     assert list(seen) == [SHIFT, UNIFORM]
     assert seen[SHIFT] == shift_pairs(setup.fabric) and len(seen[UNIFORM]) == 21

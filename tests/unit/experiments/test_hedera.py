@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from tests.unit.stand_ins import StandInFabric, StandInRun, StandInWatch
 
 import testbed.experiments.hedera.experiment as hedera
 import testbed.cli
@@ -25,10 +26,8 @@ from testbed.experiments.hedera.experiment import (
     spread_summary,
     uplinks,
 )
-from testbed.harness.progress import QuietProgress
 from testbed.harness.run import Outcome
 from testbed.experiments.registry import load, validate
-from testbed.measure.fidelity import judge
 from testbed.measure.patterns import PatternResult
 from testbed.model.topology.fattree import fat_tree
 from testbed.model.verdict import Verdict
@@ -287,39 +286,16 @@ def test_trust_needs_the_reference_near_its_capacity_and_every_flow():
 # --- measure, rows and plots -----------------------------------------------------------------
 
 
-class FakeWatch:
-    """What measure uses of testbed.measure.fidelity.Watch: sampler seconds are monotonic
-    seconds - 100; every link at 95% in every window but the ones starting after 1000."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def window_s(self, t0, t1):
-        return (t0 - 100, t1 - 100)
-
-    def verdict(self, window_s=None, bottleneck=None, bandwidth_bound=True, setup=None):
-        return judge(0.5, 1.0, 0.5 if window_s and window_s[0] > 900 else 0.95, 0.0,
-                     bandwidth_bound, setup)
-
-    def rates_mbit(self, window_s):
-        return {"p0e0->p0a0": 4.0, "p0e0->p0a1": 5.0, "p0e0->p0e0h0": 9.0}
+def hedera_run(setup, workdir) -> StandInRun:
+    """A run on the stand-in fabric whose Watch's clock is monotonic seconds - 100: every link
+    at 95% of its rate in every window but the ones starting after 1000."""
+    watch = StandInWatch(rates={"p0e0->p0a0": 4.0, "p0e0->p0a1": 5.0, "p0e0->p0e0h0": 9.0},
+                         delivery=lambda window_s: 0.5 if window_s and window_s[0] > 900
+                         else 0.95, cpu_busy=0.5)
+    return StandInRun(StandInFabric(setup.fabric, workdir), setup, workdir, watch)
 
 
-class FakeRun:
-    def __init__(self, setup):
-        self.setup = setup
-        self.net = type("Net", (), {"fabric": setup.fabric})()
-        self.log = lambda message: None
-        self.progress = QuietProgress()
-
-    def watch(self):
-        return FakeWatch()
-
-
-def test_measure_returns_patterns_spread_and_the_worst_windows_fidelity(monkeypatch):
+def test_measure_returns_patterns_spread_and_the_worst_windows_fidelity(monkeypatch, tmp_path):
     e = experiment(patterns=["stride4", "stride8"])
     ecmp = e.setups()[0]
 
@@ -334,7 +310,7 @@ def test_measure_returns_patterns_spread_and_the_worst_windows_fidelity(monkeypa
 
     monkeypatch.setattr(hedera, "run_patterns", fake_patterns)
     monkeypatch.setattr(hedera, "run_pattern", fake_spread)
-    r = e.measure(FakeRun(ecmp))
+    r = e.measure(hedera_run(ecmp, tmp_path))
     assert r["patterns"]["stride4"]["pairs"][0] == ["p0e0h0", "p1e0h0"]
     assert r["spread"]["uplink_mbit"] == [4.0, 5.0] and r["spread"]["jain"] == pytest.approx(
         81 / 82, abs=1e-4)
@@ -342,7 +318,7 @@ def test_measure_returns_patterns_spread_and_the_worst_windows_fidelity(monkeypa
     # the spread's window (sampler 1200 s) delivered 50%: the setup is not trusted
     assert r["fidelity"]["link_delivery_fraction"] == 0.5 and not r["fidelity"]["trustworthy"]
     nonblocking = e.setups()[2]
-    assert "spread" not in e.measure(FakeRun(nonblocking))
+    assert "spread" not in e.measure(hedera_run(nonblocking, tmp_path))
 
 
 def test_rows_put_the_published_ratio_beside_ours_and_plots_are_written(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from tests.unit.stand_ins import StandInRun, record_runs
+from tests.unit.stand_ins import StandInFabric, StandInRun, record_runs
 
 from testbed.measure.pauses import agent_alive_checks
 from testbed import errors
@@ -912,56 +912,29 @@ def stand_in(argv: list[str]) -> list[str]:
     return [sys.executable, "-c", STAND_IN_QUERY, *argv[argv.index("query") + 1:]]
 
 
-class StandInAgent:
-    """The pause agent's counters: two frames sent to p0e0h1 after the first reading."""
+def agent_counters():
+    """The pause agent's counters, read after read: two frames sent to p0e0h1 after the
+    first reading."""
+    reads = 0
 
-    def __init__(self):
-        self.reads = 0
-
-    def counters(self) -> dict:
-        self.reads += 1
-        sent = 0 if self.reads == 1 else 1
-        return {"interfaces": {
-            "p0e0-eth2": {"xoff_sent": sent, "xon_sent": sent, "frames_received": 0,
-                          "pauses": 0, "paused_s": 0.0, "storms": 0},
-            "p0e0h1-eth0": {"xoff_sent": 0, "xon_sent": 0, "frames_received": 2 * sent,
-                            "pauses": sent, "paused_s": 0.1 * sent, "storms": 0}}}
-
-    def alive(self) -> bool:
-        return True
+    def read() -> dict:
+        nonlocal reads
+        reads += 1
+        sent = 0 if reads == 1 else 1
+        return {"p0e0-eth2": {"xoff_sent": sent, "xon_sent": sent, "frames_received": 0,
+                              "pauses": 0, "paused_s": 0.0, "storms": 0},
+                "p0e0h1-eth0": {"xoff_sent": 0, "xon_sent": 0, "frames_received": 2 * sent,
+                                "pauses": sent, "paused_s": 0.1 * sent, "storms": 0}}
+    return read
 
 
-class StandInNet:
-    """What measure() uses of a FabricNetwork; each reading of a counter moves it on."""
-
-    def __init__(self, fabric, workdir: Path, pfc: bool):
-        self.fabric, self.workdir = fabric, workdir
-        self.pfc = StandInAgent() if pfc else None
-        self.readings: dict[str, int] = {}
-        self.started = []
-
-    def popen(self, host, argv, **kwargs):
-        self.started.append((host, argv[0] if argv[0] != sys.executable else argv[3]))
-        return subprocess.Popen(stand_in(argv), **kwargs)
-
-    def read(self, counter: str) -> int:
-        self.readings[counter] = self.readings.get(counter, 0) + 1
-        return self.readings[counter]
-
-    def queue_drops(self) -> int:
-        return 4 * self.read("drops")  # 4 more at every reading
-
-    def switch_counters(self) -> dict:
-        n = self.read("switches")
-        return {"rx_packets": 100 * n, "tx_packets": 100 * n, "queue_drops": 0}
-
-    def pfc_summary(self) -> dict:
-        return {"pause_frames_sent": 10 * self.read("pfc"), "pause_frames_received": 0,
-                "paused_time_s": 0.0, "pause_storms": 0, "lossless_drops": 0,
-                "agent_running": True}
-
-    def wait_switches_drained(self) -> int:
-        return 0
+def running_incast(fabric, workdir: Path) -> StandInFabric:
+    """The stand-in fabric with PFC, its programs the stand-ins above; 4 more packets dropped
+    by the queues, 100 more through the switches and 10 more pause frames at every reading."""
+    return StandInFabric(fabric, workdir, pause=agent_counters(),
+                         start=lambda host, argv, kwargs: subprocess.Popen(stand_in(argv),
+                                                                           **kwargs),
+                         steps={"queue_drops": 4, "switch_packets": 100, "pause_frames": 10})
 
 
 def test_measure_runs_every_fan_in_and_keeps_the_capture(tmp_path, monkeypatch):
@@ -970,7 +943,7 @@ def test_measure_runs_every_fan_in_and_keeps_the_capture(tmp_path, monkeypatch):
         pytest.fail("tshark is not installed; scripts/install.sh installs it")
     e = experiment(fanins=[1, 3], rounds=2, modes=["pfc"], capture_pauses=True)
     [setup] = e.setups()
-    net = StandInNet(setup.fabric, tmp_path, pfc=True)
+    net = running_incast(setup.fabric, tmp_path)
     result = e.measure(StandInRun(net, setup, tmp_path))
     one, three = result["summaries"]
     assert (one["fanin"], one["rounds_done"], one["round"]["median_s"]) == (1, 2, 0.1)
@@ -978,7 +951,8 @@ def test_measure_runs_every_fan_in_and_keeps_the_capture(tmp_path, monkeypatch):
     assert one["queue_drops"] == 4 and one["switch_queue_drops"] == 0  # one reading later
     assert one["pause_frames_sent"] == 10 and one["lossless_drops"] == 0
     assert (tmp_path / "fanin3" / "client.json").exists()
-    started = [what for _, what in net.started if what != "cat"]
+    started = [argv[3] if argv[0] == sys.executable else argv[0] for _, argv in net.started]
+    started = [what for what in started if what != "cat"]
     assert started == ["tcpdump", "serve", "query", "serve", "serve", "serve", "query"]
     capture = result["pause_capture"]
     assert capture["pcap"] == str(tmp_path / "pause-frames.pcap")

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 import testbed.experiments.parameter_server.backlog as backlog_module
-import testbed.experiments.parameter_server.experiment as ps
-from tests.unit.loopback_fabric import LoopbackWatch, measure_setups
+from tests.unit.loopback_fabric import measure_setups
+from tests.unit.stand_ins import StandInWatch
 from testbed import errors
 from testbed.experiments.parameter_server.backlog import BacklogSampler, backlog_stats
 from testbed.experiments.parameter_server.experiment import (
@@ -111,8 +111,7 @@ def test_a_port_that_stops_answering_ends_the_sampling():
 
 
 def test_the_busiest_link_over_a_window():
-    watch = LoopbackWatch(["a->b", "b->a"])
-    watch.rates = {"a->b": 2.0, "b->a": 8.0}
+    watch = StandInWatch(rates={"a->b": 2.0, "b->a": 8.0})
     # 8 Mbit/s for 2 s (the stand-in's window: 102 to 104 s less its 100 s offset) = 2 MB
     out = busiest_link(watch, 102.0, 104.0, steps=4)
     assert out["busiest_link"] == "b->a" and out["busiest_link_bytes"] == 2_000_000
@@ -121,8 +120,7 @@ def test_the_busiest_link_over_a_window():
 
 def test_the_busiest_link_among_some_hosts_links():
     # an uplink carrying two servers' flows is busier than either server's own link
-    watch = LoopbackWatch(["s0->e", "e->s0", "s1->e", "e->a"])
-    watch.rates = {"s0->e": 4.0, "e->s0": 3.0, "s1->e": 5.0, "e->a": 8.0}
+    watch = StandInWatch(rates={"s0->e": 4.0, "e->s0": 3.0, "s1->e": 5.0, "e->a": 8.0})
     assert busiest_link(watch, 102.0, 104.0, steps=1)["busiest_link"] == "e->a"
     out = busiest_link(watch, 102.0, 104.0, steps=1, among={"s0", "s1"})
     assert out["busiest_link"] == "s1->e" and out["busiest_link_bytes"] == 1_250_000
@@ -203,7 +201,6 @@ def test_the_bundled_scenario():
 
 def test_a_short_run_over_loopback(tmp_path, monkeypatch):
     monkeypatch.setattr(backlog_module, "PortBacklog", FakeBacklog)
-    monkeypatch.setattr(ps, "read_qdiscs", lambda: [])
     resolved = validate({"name": "p", "experiment": "parameter-server", **SMALL, "params": {
         "servers": 2, "workers": 4, "steps": 2, "compute_ms": 10, "scale": 0.0005}})
     results = measure_setups(resolved, tmp_path)

@@ -6,14 +6,13 @@ emulation."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from tests.unit.stand_ins import WINDOW_OFFSET_S, StandInRun, record_runs
+from tests.unit.stand_ins import WINDOW_OFFSET_S, StandInFabric, StandInRun, record_runs
 
 from testbed.measure.pauses import agent_alive_checks
 from testbed.apply.pfc_agent import EVENTS_FILE
@@ -520,54 +519,41 @@ print(json.dumps({"end": {"sum_received": {"bits_per_second": rate}}}))
 """
 
 
-class StandInAgent:
-    """The pause agent's counters: every host NIC paused 0.5 s more at each reading."""
+def agent_counters(fabric):
+    """The pause agent's counters, read after read: every host NIC paused 0.5 s more at each
+    reading."""
+    nics = [f"{h.name}-eth0" for h in fabric.hosts]
+    reads = 0
 
-    def __init__(self, fabric):
-        self.nics = [f"{h.name}-eth0" for h in fabric.hosts]
-        self.reads = 0
-
-    def counters(self) -> dict:
-        self.reads += 1
-        return {"interfaces": {nic: {"xoff_sent": 0, "xon_sent": 0, "frames_received": self.reads,
-                                     "pauses": self.reads, "paused_s": 0.5 * self.reads,
-                                     "storms": 0, "longest_pause_s": 0.25}
-                               for nic in self.nics}}
+    def read() -> dict:
+        nonlocal reads
+        reads += 1
+        return {nic: {"xoff_sent": 0, "xon_sent": 0, "frames_received": reads,
+                      "pauses": reads, "paused_s": 0.5 * reads, "storms": 0,
+                      "longest_pause_s": 0.25} for nic in nics}
+    return read
 
 
-class StandInNet:
-    def __init__(self, fabric, workdir: Path, pfc: bool):
-        self.fabric, self.workdir = fabric, workdir
-        self.pfc = StandInAgent(fabric) if pfc else None
-        self.drops = 0
-
-    def pid(self, host) -> int:
-        return os.getpid()  # the stand-in servers listen in this process's namespace
-
-    def popen(self, host, argv, **kwargs):
+def stand_in_iperf(workdir: Path):
+    """How the stand-in fabric starts iperf3: the stand-in server or client above."""
+    def start(host, argv, kwargs):
         port = argv[argv.index("-p") + 1]
         if "-s" in argv:
-            return subprocess.Popen([sys.executable, "-c", STAND_IN_IPERF_SERVER, port], **kwargs)
-        events = str(self.workdir / EVENTS_FILE)
+            return subprocess.Popen([sys.executable, "-c", STAND_IN_IPERF_SERVER, port],
+                                    **kwargs)
+        events = str(workdir / EVENTS_FILE)
         return subprocess.Popen([sys.executable, "-c", STAND_IN_IPERF_CLIENT, events, host,
                                  port], **kwargs)
-
-    def queue_drops(self) -> int:
-        self.drops += 7
-        return self.drops
-
-    def pfc_summary(self) -> dict:
-        return {"lossless_drops": 0, "agent_running": True}
-
-    def wait_switches_drained(self) -> int:
-        return 0
+    return start
 
 
 def test_measure_runs_alone_then_beside_the_incast_and_finds_the_pauses(tmp_path, monkeypatch):
     monkeypatch.setattr("testbed.experiments.pfc_demo.experiment.EVENTS_SETTLE_S", 0.0)
     e = demo(conditions=[PFC], alone_s=3, contention_s=4, omit_s=1)
     [setup] = e.setups()
-    run = StandInRun(StandInNet(setup.fabric, tmp_path, pfc=True), setup, tmp_path)
+    net = StandInFabric(setup.fabric, tmp_path, start=stand_in_iperf(tmp_path),
+                        pause=agent_counters(setup.fabric), steps={"queue_drops": 7})
+    run = StandInRun(net, setup, tmp_path)
     result = e.measure(run)
     assert (result["victim_alone_mbit"], result["victim_mbit"]) == (2.0, 2.0)
     assert result["incast_mbit"] == [1.5] * 13 and result["errors"] == []

@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import threading
 import time
 
 import pytest
+from tests.unit.stand_ins import StandInFabric
 
 from testbed.apply.failures import FailureEvent, FailureSchedule
 from testbed.errors import ConfigError
@@ -221,28 +221,8 @@ def test_queue_plan_errors_name_the_field_inside_queue():
 # --- the failure schedule ---------------------------------------------------------------------
 
 
-class StandInNet:
-    """Records what the schedule asks of a network, with the time it asked."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-        self.lock = threading.Lock()
-
-    def set_link(self, a, b, up):
-        self.calls.append(("link", a, b, up, time.monotonic()))
-        return time.monotonic()
-
-    def set_switch(self, name, up):
-        self.calls.append(("switch", name, up, time.monotonic()))
-        return time.monotonic()
-
-    def restart_controller(self):
-        self.calls.append(("controller", time.monotonic()))
-        return 0.25
-
-
 def test_the_schedule_applies_each_event_at_its_time_in_order():
-    net = StandInNet()
+    net = StandInFabric(fat_tree(4))
     events = [FailureEvent(0.2, "link_up", ("a", "b")), FailureEvent(0.05, "link_down", ("a", "b")),
               FailureEvent(0.1, "controller_restart"), FailureEvent(0.15, "switch_down",
                                                                      switch="s1")]
@@ -259,7 +239,7 @@ def test_the_schedule_applies_each_event_at_its_time_in_order():
 
 
 def test_the_schedule_stops_with_the_workload_and_records_failures():
-    net = StandInNet()
+    net = StandInFabric(fat_tree(4))
 
     def broken(a, b, up):
         raise RuntimeError("no such interface")

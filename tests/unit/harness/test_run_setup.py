@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.unit.stand_ins import StandInExperiment, StandInNetwork, standins  # noqa: F401 (a fixture)
+from tests.unit.stand_ins import StandInExperiment, StandInFabric, standins  # noqa: F401 (a fixture)
 
 import testbed.harness.progress
 from testbed import errors
@@ -35,7 +35,7 @@ def test_a_run_brings_the_setup_up_measures_and_writes_its_summary(tmp_path, sta
     lines: list[str] = []
     resolved = resolved_for(tmp_path)
     outcome = run_scenario(resolved, log=lines.append)
-    (net,) = StandInNetwork.made
+    (net,) = StandInFabric.made
     assert net.stopped and net.datapath in ("user", "kernel") and net.routing == "ecmp"
     (run,) = StandInExperiment.runs
     assert run.net is net and run.setup is resolved.setups[0] and run.workdir == outcome.workdir
@@ -75,7 +75,7 @@ def test_a_failing_measurement_still_writes_the_summary_and_takes_the_fabric_dow
     resolved = resolved_for(tmp_path)
     with pytest.raises(errors.TestbedError, match="the workload broke"):
         run_scenario(resolved, log=lambda m: None)
-    (net,) = StandInNetwork.made
+    (net,) = StandInFabric.made
     assert net.stopped
     (run_dir,) = tmp_path.iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -87,22 +87,22 @@ def test_a_setup_kept_up_is_measured_on_and_taken_down_only_at_the_end(tmp_path,
     resolved = resolved_for(tmp_path)
     setup = resolved.setups[0]
     with bring_up(resolved, setup, "ledger", tmp_path, log=lambda m: None) as live:
-        assert live.net is StandInNetwork.made[0] and live.ecn is None
+        assert live.net is StandInFabric.made[0] and live.ecn is None
         assert live.bring_up["answered"] == PROBES
         for _ in range(2):  # the same fabric, measured twice
             result = measure_setup(resolved, setup, live, tmp_path, lambda m: None,
                                    testbed.harness.progress.QuietProgress())
             assert result["value"] == 7 and result["bring_up"] == live.bring_up
         assert not live.net.stopped
-    assert live.net.stopped and len(StandInNetwork.made) == 1
+    assert live.net.stopped and len(StandInFabric.made) == 1
     assert [r.net for r in StandInExperiment.runs] == [live.net, live.net]
 
 
 def test_an_unreachable_pair_stops_the_bring_up(tmp_path, standins, monkeypatch):
-    monkeypatch.setattr(StandInNetwork, "ping_all", lambda self: (PROBES, PROBES - 1))
+    monkeypatch.setattr(StandInFabric, "ping_all", lambda self: (PROBES, PROBES - 1))
     resolved = resolved_for(tmp_path)
     answered = f"only {PROBES - 1}/{PROBES} reachability probes"
     with pytest.raises(errors.TestbedError, match=answered):
         with bring_up(resolved, resolved.setups[0], "ledger", tmp_path, log=lambda m: None):
             pytest.fail("the fabric must not be handed over")
-    assert StandInNetwork.made[0].stopped
+    assert StandInFabric.made[0].stopped

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from tests.unit.stand_ins import StandInFabric
 
 from testbed.measure.fidelity import (
     MAX_CPU_BUSY_FRACTION,
@@ -249,17 +250,13 @@ def test_paused_spans_are_the_union_of_the_priorities_pauses_within_the_window()
     assert paused_within(events, 4.5, 7.0) == {}
 
 
-def test_the_watch_checks_the_busiest_thread_of_every_agent_beside_the_switches():
-    from types import SimpleNamespace
-
+def test_the_watch_checks_the_busiest_thread_of_every_emulator_process():
     from testbed.measure.fidelity import Watch
     from testbed.model.topology import build
 
     fabric = build("spineleaf", leaves=1, spines=1, hosts_per_leaf=2, host_rate_mbit=20.0)
-    net = SimpleNamespace(fabric=fabric, switchd=SimpleNamespace(pids=[101]),
-                          pfc=SimpleNamespace(proc=SimpleNamespace(pid=202)),
-                          marking=SimpleNamespace(anchor_pids=[303]))
-    assert Watch(net).sampler.threads == {"ovs-vswitchd": [101], "pause agent": [202],
-                                          "ECN anchor agent": [303]}
-    net.pfc = net.marking = None  # neither agent: ovs-vswitchd alone
-    assert Watch(net).sampler.threads == {"ovs-vswitchd": [101]}
+    net = StandInFabric(fabric)
+    net.emulator_processes = lambda: {"ovs-vswitchd": [101], "pause agent": [202]}
+    watch = Watch(net)
+    assert watch.sampler.threads == {"ovs-vswitchd": [101], "pause agent": [202]}
+    assert watch.sampler.vswitchd_pids == [101]

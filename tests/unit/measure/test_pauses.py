@@ -7,12 +7,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
+from tests.unit.stand_ins import StandInFabric
 
 from testbed import errors
 from testbed.errors import ConfigError
@@ -136,32 +137,26 @@ BROKEN_TCPDUMP = ("import sys; sys.stderr.write('tcpdump: p0e0h1-eth0: No such d
                   "exists\\n'); sys.exit(1)")
 
 
-@dataclass
-class FakeNet:
-    """Runs a stand-in program wherever the capture asks for tcpdump in a host."""
-
-    script: str
-    calls: list = field(default_factory=list)
-
-    def popen(self, host, argv, **kwargs):
-        self.calls.append((host, argv))
-        return subprocess.Popen([sys.executable, "-c", self.script], **kwargs)
+def running(script: str) -> StandInFabric:
+    """The stand-in fabric running ``script`` wherever the capture asks for tcpdump."""
+    return StandInFabric(fat_tree(4), start=lambda host, argv, kwargs: subprocess.Popen(
+        [sys.executable, "-c", script], **kwargs))
 
 
 def test_the_capture_waits_until_tcpdump_listens_and_reads_its_counts(tmp_path):
-    net = FakeNet(FAKE_TCPDUMP)
+    net = running(FAKE_TCPDUMP)
     with PauseCapture(net, POINT, tmp_path) as capture:
         assert capture.proc.poll() is None  # listening, still running
         assert "listening on" in (tmp_path / "pause-capture.log").read_text()
     assert capture.proc.returncode == 0
     assert capture.stats == {"captured": 7, "received": 7, "kernel_dropped": 1}
     assert capture.path == tmp_path / CAPTURE_FILE
-    assert net.calls == [("p0e0h1", tcpdump_argv("p0e0h1-eth0", tmp_path / CAPTURE_FILE))]
+    assert net.started == [("p0e0h1", tcpdump_argv("p0e0h1-eth0", tmp_path / CAPTURE_FILE))]
 
 
 def test_a_tcpdump_that_cannot_start_is_an_error_with_its_message(tmp_path):
     with pytest.raises(errors.TestbedError, match="No such device exists"):
-        with PauseCapture(FakeNet(BROKEN_TCPDUMP), POINT, tmp_path):
+        with PauseCapture(running(BROKEN_TCPDUMP), POINT, tmp_path):
             pytest.fail("the block must not run")
 
 
@@ -270,7 +265,7 @@ def test_a_capture_of_other_packets_counts_and_cuts_them(tmp_path):
     assert capture_argv("h0-eth0", tmp_path / "s.pcap", ["tcp"], 300, 128) == [
         "tcpdump", "-i", "h0-eth0", "-U", "-w", str(tmp_path / "s.pcap"), "-c", "300", "-s",
         "128", "tcp"]
-    net = FakeNet(FAKE_TCPDUMP)
+    net = running(FAKE_TCPDUMP)
     with HostCapture(net, "h0", ["tcpdump"], tmp_path / "s.pcap", tmp_path / "s.log") as capture:
         assert capture.proc.poll() is None
-    assert capture.stats["captured"] == 7 and net.calls == [("h0", ["tcpdump"])]
+    assert capture.stats["captured"] == 7 and net.started == [("h0", ["tcpdump"])]

@@ -4,6 +4,7 @@ delay; the plan's record, and the fabric layer and harness wiring."""
 from __future__ import annotations
 
 import pytest
+from tests.unit.stand_ins import StandInFabric
 
 from testbed.capabilities import Capability, Platform, choose_paths
 from testbed.errors import ConfigError
@@ -99,15 +100,13 @@ def test_no_impairments_no_path_and_delay_without_netem_raises():
 def test_the_harness_records_the_path_and_what_the_program_dropped():
     from testbed.harness.run import impairment_record
 
-    class Net:
-        def loss_counters(self):
-            return {"matched": 100, "dropped": 1, "interfaces": {}}
-
+    net = StandInFabric(fabric())
+    net.loss_counters = lambda: {"matched": 100, "dropped": 1, "interfaces": {}}
     plan = impairment_plan([spec(link=["l0h1", "l0"], loss_percent=1.0)], fabric(),
                            platform(False))
-    record = impairment_record(plan, Net())
+    record = impairment_record(plan, net)
     assert record["path"] == IMPAIRMENT_EBPF_LOSS and record["loss_counters"]["dropped"] == 1
     assert len(record["cuts"]) == 2
     netem = impairment_plan([spec(link=["l0h1", "l0"], loss_percent=1.0)], fabric(),
                             platform(True))
-    assert "loss_counters" not in impairment_record(netem, Net())
+    assert "loss_counters" not in impairment_record(netem, net)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from tests.unit.stand_ins import StandInFabric
 
 from testbed.errors import ConfigError
 from testbed.experiments.allreduce.experiment import port_buffer_bytes
@@ -243,27 +243,10 @@ def test_the_ecn_report_takes_each_ports_marking_threshold(tmp_path):
     assert marking_starts_bytes(single, counters) == 3000
 
 
-class StandInNet:
-    """What the fidelity Watch reads of a running fabric, without one."""
-
-    def __init__(self, fabric, queue):
-        self.fabric, self.queue = fabric, queue
-        self.switchd = SimpleNamespace(pids=[])
-
-    def port_backlogs(self):
-        return {}
-
-    def marker_backlogs(self):
-        return {}
-
-    def paused_spans(self, t0, t1):
-        return {}
-
-
 def test_the_verdict_judges_each_marked_port_by_the_thresholds_of_its_rate():
     fabric = fast_uplinks()
     queue, _ = dctcp_queue(fabric)
-    watch = Watch(StandInNet(fabric, queue))
+    watch = Watch(StandInFabric(fabric, queue=queue))
     watch.sampler._t0 = 0.0
     labels = [d.label for d in watch.sampler.directions if d.rate_mbit]
     series = watch.series

@@ -5,7 +5,7 @@ server's start-up. The parser is pure; the reader and the wait at the end read /
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from testbed.errors import TestbedError
@@ -38,9 +38,17 @@ def read_listening_ports(pid: int) -> set[int]:
 def wait_listening(pid: int, ports: Iterable[int], timeout_s: float, what: str) -> float:
     """Wait until every port in ``ports`` listens in the namespace of process ``pid``;
     returns the seconds waited. ``what`` names the namespace in the error on timeout."""
+    return wait_ports(lambda: read_listening_ports(pid), ports, timeout_s, what)
+
+
+def wait_ports(listening: Callable[[], set[int]], ports: Iterable[int], timeout_s: float,
+               what: str) -> float:
+    """Wait until every port in ``ports`` is among ``listening()`` (the ports listening in
+    one namespace, read again every POLL_S); returns the seconds waited. ``what`` names the
+    namespace in the error on timeout."""
     wanted, start = set(ports), time.monotonic()
     while True:
-        missing = wanted - read_listening_ports(pid)
+        missing = wanted - listening()
         if not missing:
             return time.monotonic() - start
         if time.monotonic() - start > timeout_s:

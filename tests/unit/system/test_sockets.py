@@ -1,4 +1,4 @@
-"""The listening ports read from the kernel's /proc/net/tcp tables (testbed.measure.sockets)."""
+"""The listening ports read from the kernel's /proc/net/tcp tables (testbed.system.sockets)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from testbed import errors
-from testbed.measure.sockets import listening_ports, read_listening_ports, wait_listening
+from testbed.system.sockets import listening_ports, read_listening_ports, wait_listening
 
 TCP4 = """\
   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode

@@ -8,7 +8,7 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration vm-test bench dctcp incast pfc-demo doctor clean topo
+.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit lint-imports test-integration vm-test bench dctcp incast pfc-demo doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -51,6 +51,9 @@ test: install  ## unit tests, then root integration tests on real namespaces
 
 test-unit: install  ## unit tests only (no root needed after install)
 	$(PYTEST) tests/unit -q
+
+lint-imports:  ## the layering: import-linter's contracts (setup.cfg) on the installed layout
+	$(VENV)/bin/python scripts/lint_imports.py
 
 test-integration: install  ## integration tests only (root)
 	$(PYTEST) tests/integration -q

@@ -30,7 +30,7 @@ SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12")
 EXPECTED_DEPENDENCIES = {
     "": {"os-ken", "scapy", "pyroute2", "networkx", "numpy", "matplotlib", "pyyaml",
          "pydantic", "rich"},
-    "test": {"pytest", "hypothesis", "packaging", "setuptools"},
+    "test": {"pytest", "hypothesis", "packaging", "setuptools", "import-linter"},
     "torch": {"torch"},
 }
 EXPECTED_PIN_FILES = {

@@ -23,7 +23,7 @@ one OVS transaction); ``FabricNetwork`` applies them in as few steps as possible
 
 ``FabricNetwork`` is a context manager: everything it creates is written to the run ledger
 before it exists, and leaving the ``with`` block (normally, by exception or by Ctrl-C) tears it
-all down. Userspace-datapath notes (PLATFORM.md): OVS forwards in ``ovs-vswitchd`` when the
+all down. Userspace-datapath notes (docs/platforms.md): OVS forwards in ``ovs-vswitchd`` when the
 kernel module is missing; checksum and segmentation offloads must be off on every veth end
 or TCP stalls on unfinished partial checksums; jumbo frames cut the per-packet cost.
 """

@@ -98,7 +98,7 @@ MARKER_FILTER_HANDLE = "1"
 # netem's delay line must never drop on its own: it holds (delay + jitter) of arrivals at up
 # to ARRIVAL_HEADROOM times the link rate (several ports feeding one) in minimum-size
 # frames, and never fewer packets than netem's own default limit. An unshaped link runs at
-# about a veth pair's rate (PLATFORM.md measured 16-20 Gbit/s).
+# about a veth pair's rate (testbed bench's direct veth line; docs/capacity.md).
 NETEM_DEFAULT_LIMIT_PACKETS = 1000
 ARRIVAL_HEADROOM = 8
 MIN_FRAME_BYTES = 64

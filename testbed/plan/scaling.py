@@ -1,4 +1,4 @@
-"""Default queue parameters from published anchors (/work/shared/ANCHORS.md), scaled to the
+"""Default queue parameters from published anchors (docs/references.md), scaled to the
 emulated link rate, each with a plain record of how it was scaled, for the run's results.
 
 The anchors were measured or recommended at real data-center rates (1 to 40 Gbit/s); an

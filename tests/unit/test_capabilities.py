@@ -33,7 +33,8 @@ ALL_CAPABILITY_NAMES = [
 
 ALL_TOOLS = {command: True for command in TOOL_COMMANDS.values()}
 
-# Excerpt of the dev VM's /proc/config.gz (PLATFORM.md): stripped kernel, no module loading.
+# Excerpt of the CI machine's /proc/config.gz (docs/platforms.md): stripped kernel, no module
+# loading.
 DEV_VM_CONFIG = """\
 #
 # Automatically generated file; DO NOT EDIT.

@@ -69,9 +69,10 @@ from testbed.plan.settings import (
 from testbed.system.counters import counter_delta
 from testbed.system.running import RunningFabric
 
-# Rates up to the Mininet-HiFi reproduction's 100 Mbit/s. PLATFORM.md measured 484 Mbit/s
-# of TCP through two userspace switches at MTU 1500; N senders' bursts arrive at up to N
-# times the port rate, and every sampled read of the queue costs CPU too.
+# Rates up to the Mininet-HiFi reproduction's 100 Mbit/s, well inside what one TCP flow gets
+# through two userspace switches at MTU 1500 (testbed bench; docs/capacity.md): N senders'
+# bursts arrive at up to N times the port rate, and every sampled read of the queue costs CPU
+# too.
 MAX_RATE_MBIT = 100.0
 # Two iperf3 processes per flow on a 2-core machine, one host link each on the one switch.
 MAX_SENDERS = 32

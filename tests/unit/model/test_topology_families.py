@@ -1,5 +1,5 @@
 """Spine-leaf, Clos, dragonfly, NVSwitch-node and rail fabrics checked against their published
-formulas (see each module's docstring and /work/shared/ANCHORS.md), against the naming and
+formulas (see each module's docstring and docs/references.md), against the naming and
 addressing rules every layer relies on, and against the controller's route computation.
 Pure: nothing here touches the machine except drawing PNGs into a temporary folder."""
 from __future__ import annotations

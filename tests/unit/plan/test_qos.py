@@ -73,7 +73,8 @@ REPO = Path(__file__).resolve().parents[3]
 SRC_MAC = "02:00:00:00:00:01"
 MTU = 1500
 PROBABILITY_TOLERANCE = 1e-12
-# 802.1Qbb: one quantum is 512 bit times; 65535 quanta last 3.355 ms at 10 GbE (ANCHORS.md).
+# 802.1Qbb: one quantum is 512 bit times; 65535 quanta last 3.355 ms at 10 GbE
+# (docs/references.md).
 LONGEST_PAUSE_10G_S = 3.355e-3
 LONGEST_PAUSE_TOLERANCE_S = 1e-6
 TOOL_TIMEOUT_S = 60

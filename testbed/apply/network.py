@@ -309,6 +309,10 @@ class FabricNetwork:
                                       log=log)
                     if queue is not None and queue.pfc is not None else None)
         self.shaped_ports = shaped_ports(fabric)
+        # packets lost to links and switches the run cut, per failure window (monotonic s)
+        self.failure_losses: list[dict] = []
+        self._failures_open: set[tuple] = set()
+        self._failure_since: tuple[float, dict] | None = None
         self._backlogs: PortBacklogs | None = None  # opened on first use
 
     def __enter__(self) -> FabricNetwork:
@@ -525,23 +529,56 @@ class FabricNetwork:
         """Take the link between ``a`` and ``b`` down or up (its root-namespace ends: the
         switches see the port change, as on a cut cable); returns the monotonic time just
         before."""
+        key = ("link", *sorted((a, b)))
+        if not up:
+            self._failure_starts(key)
         t = time.monotonic()
         set_interfaces(self.link_interfaces(a, b), up)
+        if up:
+            self._failure_healed(key)
         return t
 
     def set_switch(self, name: str, up: bool) -> float:
         """Fail a switch or bring it back: every one of its ports down (or up), and its
         OpenFlow connection dropped (or restored), as a switch that dies and reboots does."""
+        key = ("switch", name)
+        if not up:
+            self._failure_starts(key)
         t = time.monotonic()
         intfs = [intf for switch, _, intf, _ in self.fabric.switch_ends() if switch == name]
         if up:
             set_interfaces(intfs, True)
             self.switchd.vsctl(["set-controller", name,
                                 f"tcp:127.0.0.1:{self.controller.port}"], bridge=name)
+            self._failure_healed(key)
         else:
             self.switchd.vsctl(["del-controller", name], bridge=name)
             set_interfaces(intfs, False)
         return t
+
+    def _failure_starts(self, key: tuple) -> None:
+        """Before the first of overlapping failures: the switches' counters, so that what
+        the failures lose can be told apart from what the emulator loses."""
+        if not self._failures_open:
+            self._failure_since = (time.monotonic(), self.switch_counters())
+        self._failures_open.add(key)
+
+    def _failure_healed(self, key: tuple) -> None:
+        """When the last open failure heals: the packets the switches received and neither
+        sent nor dropped in a queue meanwhile were lost to the cut links and switches (sent
+        to a port that was down: a real switch loses them too), recorded in
+        ``failure_losses``."""
+        self._failures_open.discard(key)
+        if self._failures_open or self._failure_since is None:
+            return
+        start, before = self._failure_since
+        after = self.switch_counters()
+        change = {k: after[k] - before[k] for k in after}
+        lost = max(0, change["rx_packets"] - change["tx_packets"] - change["queue_drops"]
+                   - change["impairment_drops"])
+        self.failure_losses.append({"start_s": start, "end_s": time.monotonic(),
+                                    "lost_packets": lost})
+        self._failure_since = None
 
     def restart_controller(self) -> float:
         """Stop the controller and start a new one on the same port and files; returns the

@@ -23,7 +23,7 @@ wake-up and stays near one core under any load, absorbing more load in bigger ba
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from testbed.measure.telemetry import (
     QueueReaders,
@@ -384,9 +384,19 @@ class Watch:
                 if d.rate_mbit}
 
     def emulator_lost(self) -> int:
-        s = self.switches  # impairments' losses are intended: not the emulator's
-        return emulator_losses(s["rx_packets"], s["tx_packets"],
+        """Packets the switches lost outside any emulated queue over the watch. Impairments'
+        losses are intended, and so are those of links and switches the run cut: while a cut
+        lasts, packets forwarded to a port that is down vanish before any counter sees them,
+        as on a real switch (``FabricNetwork.failure_losses``, windows inside the watch)."""
+        s = self.switches
+        lost = emulator_losses(s["rx_packets"], s["tx_packets"],
                                s["queue_drops"] + s.get("impairment_drops", 0))
+        return max(0, lost - self.failure_lost())
+
+    def failure_lost(self) -> int:
+        """Packets lost to the run's own cuts in failure windows that lie inside the watch."""
+        return sum(w["lost_packets"] for w in getattr(self.net, "failure_losses", [])
+                   if self.t_start <= w["start_s"] and w["end_s"] <= self.t_end)
 
     def verdict(self, window_s: tuple[float, float] | None = None, bottleneck: str | None = None,
                 bandwidth_bound: bool = True, setup: str | None = None) -> Verdict:
@@ -401,12 +411,18 @@ class Watch:
             t0 = self.sampler._t0
             rtt = self.probe.result((t0 + window[0], t0 + window[1])).to_dict()
         backlogged, marker = self.queue_signals(window)
-        return judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
+        verdict = judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
                      window_mean(self.series.vswitchd_cores, self.series, *window),
                      delivery, self.emulator_lost() / received, bandwidth_bound, setup,
                      self.busiest_threads(window), rtt,
                      window_mean(self.series.cpu_stolen_fraction, self.series, *window),
                      backlogged, marker)
+        cut = self.failure_lost()
+        if not cut:
+            return verdict
+        return replace(verdict, notes=[*verdict.notes, f"{cut} packets sent into links and "
+                                       "switches the run cut, while they were down, are the "
+                                       "failures' losses, not counted against the emulator"])
 
     def queue_signals(self, window_s: tuple[float, float]) -> tuple[dict | None, dict | None]:
         """The standing ports' delivery and the marked ports' divergence over the window

@@ -263,3 +263,22 @@ def test_the_watch_checks_the_busiest_thread_of_every_agent_beside_the_switches(
                                           "ECN anchor agent": [303]}
     net.pfc = net.marking = None  # neither agent: ovs-vswitchd alone
     assert Watch(net).sampler.threads == {"ovs-vswitchd": [101]}
+
+
+def test_packets_lost_to_the_runs_own_cuts_are_not_the_emulators():
+    from types import SimpleNamespace
+
+    from testbed.measure.fidelity import Watch
+
+    watch = Watch.__new__(Watch)
+    watch.t_start, watch.t_end = 10.0, 20.0
+    watch.switches = {"rx_packets": 1000, "tx_packets": 900, "queue_drops": 40,
+                      "impairment_drops": 0}
+    watch.net = SimpleNamespace(failure_losses=[
+        {"start_s": 12.0, "end_s": 14.0, "lost_packets": 50},
+        {"start_s": 9.0, "end_s": 11.0, "lost_packets": 7},  # began before the watch
+    ])
+    assert watch.failure_lost() == 50
+    assert watch.emulator_lost() == 10
+    watch.net.failure_losses[0]["lost_packets"] = 80  # never below zero
+    assert watch.emulator_lost() == 0

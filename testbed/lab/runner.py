@@ -67,9 +67,11 @@ def lab_results(results_dir: Path, lab: Lab) -> Path:
     return Path(results_dir) / LABS_RESULTS / lab.name
 
 
-def run_lab(lab: Lab, results_dir: Path, short: bool = False, log=print) -> LabRun:
-    """Every scenario of ``lab`` (its shortened form with ``short``), one after the other;
-    a run that fails is recorded and the next one runs. Root."""
+def run_lab(lab: Lab, results_dir: Path, short: bool = False, log=print,
+            only: set[str] | None = None, overrides: dict | None = None) -> LabRun:
+    """Every scenario of ``lab`` (its shortened form with ``short``; those named in ``only``,
+    with ``overrides``' dotted fields on top), one after the other; a run that fails is
+    recorded and the next one runs. Root."""
     from testbed.harness.run import new_run_id
 
     folder = lab_results(results_dir, lab) / new_run_id(f"lab{lab.number:02d}")
@@ -78,10 +80,12 @@ def run_lab(lab: Lab, results_dir: Path, short: bool = False, log=print) -> LabR
     record.save()
     if lab.manifest.replay:
         replay_walkthrough(lab, record, log)
-    for index, run in enumerate(lab.manifest.runs, 1):
-        log(f"lab {lab.name}: run {index}/{len(lab.manifest.runs)} {run.name} "
-            f"({run.scenario}, {record.form} form)")
-        record.runs[run.name], error = run_one(lab, run, folder / run.name, short, log)
+    runs = [r for r in lab.manifest.runs if only is None or r.name in only]
+    for index, run in enumerate(runs, 1):
+        log(f"lab {lab.name}: run {index}/{len(runs)} {run.name} ({run.scenario}, "
+            f"{record.form} form)")
+        record.runs[run.name], error = run_one(lab, run, folder / run.name, short, log,
+                                               overrides or {})
         if error:
             record.errors[run.name] = error
             log(f"lab {lab.name}: run {run.name} failed: {error}")
@@ -89,14 +93,15 @@ def run_lab(lab: Lab, results_dir: Path, short: bool = False, log=print) -> LabR
     return record
 
 
-def run_one(lab: Lab, run, results: Path, short: bool, log) -> tuple[str, str]:
+def run_one(lab: Lab, run, results: Path, short: bool, log, overrides: dict
+            ) -> tuple[str, str]:
     """One scenario through the harness: (its run folder, why it failed or "")."""
     from testbed.harness.console import print_summary
     from testbed.harness.run import run_scenario
     from testbed.harness.scenario import load
 
-    overrides = {**(run.short if short else {}), "results_dir": str(results)}
-    resolved = load(lab.scenario_path(run), overrides)
+    resolved = load(lab.scenario_path(run), {**(run.short if short else {}), **overrides,
+                                             "results_dir": str(results)})
     try:
         outcome = run_scenario(resolved, log=lambda m: log(f"  {m}"))
     except TestbedError as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import asdict, dataclass, field
 
+from testbed.harness.report import _cell as show  # a number as every report shows it
 from testbed.lab.spec import PATH_KEYS, Condition, Item, Lab
 from testbed.lab.values import Missing, evaluate, lookup, split_run
 from testbed.model.verdict import FAIL, PASS
@@ -221,10 +222,3 @@ def expected_text(low: float | None, high: float | None, note: str = "") -> str:
         text = f"<= {show(high)}"
     return f"{text} ({note})" if note else text
 
-
-def show(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)

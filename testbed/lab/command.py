@@ -63,11 +63,14 @@ def cmd_list(args) -> int:
 
 def cmd_run(args) -> int:
     from testbed.apply.network import check_root
+    from testbed.apply.state import RunLock
     from testbed.lab.spec import all_labs, find_lab
 
     results = Path(args.results)
     labs = all_labs() if args.lab == ALL else [find_lab(lab_number(args.lab))]
     check_root()  # after the input is known good, before anything runs
+    with RunLock("lab"):
+        pass  # refused here, before anything is made, when another run or a fabric is up
     if args.lab == ALL:
         return run_all(labs, results, args.short)
     record, check = run_and_report(labs[0], results, args.short)

@@ -236,8 +236,8 @@ def load_lab(folder: Path) -> Lab:
     match = FOLDER.match(folder.name)
     if match is None:
         raise ConfigError(str(folder), "a lab folder is named NN-slug, e.g. 06-ecmp")
-    manifest = _model(Manifest, folder / MANIFEST)
-    checks = None if manifest.replay else _model(CheckFile, folder / CHECKS)
+    manifest = load_model(Manifest, folder / MANIFEST)
+    checks = None if manifest.replay else load_model(CheckFile, folder / CHECKS)
     problems = []
     for i, run in enumerate(manifest.runs):
         if not (folder / run.scenario).is_file():
@@ -262,7 +262,7 @@ def load_lab(folder: Path) -> Lab:
     return lab
 
 
-def _model(cls, path: Path):
+def load_model(cls, path: Path):
     """``path`` read as YAML and validated as ``cls``; every problem with its line."""
     if not path.is_file():
         raise ConfigError(str(path), f"missing: a lab folder has {MANIFEST} and, but for a "

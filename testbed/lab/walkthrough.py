@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 
 from testbed.errors import TestbedError
 from testbed.harness.scenario import Strict
+from testbed.lab.spec import load_model
 
 SHELL, PROMPT = "$ ", "testbed> "
 TODO = "TODO(lead)"
@@ -147,9 +148,8 @@ def page_commands(markdown: str) -> list[PageCommand]:
 
 
 def load_steps(path: Path) -> list[Step]:
-    from testbed.lab.spec import _model
-
-    return _model(Steps, path).steps
+    """The companion file's steps; every problem reported with its field and line."""
+    return load_model(Steps, path).steps
 
 
 def output_problems(step: Step, output: str) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import testbed.apply.network
+import testbed.apply.state
 import testbed.lab.runner as runner
 from testbed.cli import main
 from testbed.harness.report import write_report
@@ -48,7 +49,21 @@ def stand_ins(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "replay", lambda steps, cwd, log: [
         StepRun(s.text, "", None if s.prompt else 0) for s in steps])
     monkeypatch.setattr(testbed.apply.network, "check_root", lambda: None)
+    monkeypatch.setattr(testbed.apply.state, "RunLock", FreeMachine)
     return ran
+
+
+class FreeMachine:
+    """The machine's run lock stood in for: these tests never take the real one."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
 
 
 def test_list_names_every_lab_and_what_it_runs(capsys):

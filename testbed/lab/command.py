@@ -136,6 +136,9 @@ def cmd_check(args) -> int:
     folders = [Path(d) for d in args.run_dirs]
     if len(folders) == 1 and (folders[0] / RECORD).is_file() or not folders:
         record = LabRun.load(folders[0]) if folders else latest_run(Path(args.results), lab)
+        if record.lab != lab.name:
+            raise ConfigError(str(record.folder), f"a run of lab {record.lab}, not of lab "
+                              f"{lab.name}")
         check = check_lab_run(lab, record)
         try:
             write_self_check(check, record.folder)

@@ -95,6 +95,9 @@ def test_run_one_lab_then_check_it_again(stand_ins, tmp_path, capsys):
     assert main(["lab", "check", "16", "--results", str(tmp_path)]) == 0
     assert "lab 16-pipeline-parallel: PASSED: 5 of 5 items passed" in capsys.readouterr().out
     assert main(["lab", "check", "16", str(record.folder)]) == 0
+    assert main(["lab", "check", "15", str(record.folder)]) == 2
+    assert "a run of lab 16-pipeline-parallel, not of lab 15-tensor-parallel" in \
+        capsys.readouterr().err
 
 
 def test_check_run_folders_given_by_hand(tmp_path, capsys):

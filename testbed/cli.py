@@ -470,6 +470,14 @@ def add_session_commands(sub) -> None:
                    ).set_defaults(func=cmd_down)
 
 
+def add_lab_commands(sub) -> None:
+    """``testbed lab list | run N | check N | index``: the teaching labs (testbed.lab)."""
+    from testbed.lab.command import add_arguments
+
+    add_arguments(sub.add_parser("lab", help="the teaching labs: list, run N, check N, index "
+                                 "(labs/)"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from testbed.harness.provenance import version_line
 
@@ -520,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("clean", help="remove what an interrupted run left behind"
                    ).set_defaults(func=cmd_clean)
     add_session_commands(sub)
+    add_lab_commands(sub)
     bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")
     bench.add_argument("--output", default="results/bench.json", help="JSON output path")
     bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],

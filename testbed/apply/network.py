@@ -29,6 +29,7 @@ or TCP stalls on unfinished partial checksums; jumbo frames cut the per-packet c
 """
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import subprocess
@@ -79,6 +80,7 @@ DRAIN_POLL_S = 0.05
 LINK_GROUP = 0x7E57
 PROBE_RATE_PPS = 4000  # fabric-wide reachability probes per second (see ping_all)
 HOST_START_THREADS = 16
+RESOLV_CONF = "/etc/resolv.conf"  # hosts share the machine's mount namespace, so its file
 HOST_PREFIX_LEN = 8  # every host address is in 10.0.0.0/8 (testbed.model.topology.base)
 HOST_PORT = 0  # a host's only interface is its port 0, eth0, as in Mininet
 # Feature names (ethtool -k) that OFFLOADS_OFF turns off: checksums, segmentation, GRO.
@@ -140,7 +142,8 @@ def socket_buffer_settings(nbytes: int) -> dict[str, str]:
 def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None,
                 queue: QueueConfig | None = None,
                 impairments: Mapping[str, Impairment] | None = None,
-                offloads_on: bool = False, rx_cpus_mask: str | None = None) -> str:
+                offloads_on: bool = False, rx_cpus_mask: str | None = None,
+                unreachable_ips: Sequence[str] = ()) -> str:
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
@@ -152,8 +155,12 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     hosts make them, so is every packet on the fabric. ``rx_cpus_mask``: the CPUs its NIC
     steers receive processing to (RPS, ``shards.CpuLayout``), written through a sysfs
     mounted in a private mount namespace: the machine's /sys shows the root namespace's
-    interfaces, not the host's."""
+    interfaces, not the host's. ``unreachable_ips``: addresses outside the fabric the host
+    must never look for on its link (the machine's DNS resolvers, ``machine_resolvers``):
+    routed as unreachable, a lookup fails at once instead of sending ARP requests into the
+    fabric that no one answers."""
     node = fabric.nodes[host]
+    fabric_ips = {h.ip for h in fabric.hosts}
     link, end = fabric.host_link(host)
     intf = link.intf(end)
     # Static ARP for every other host (Mininet's --arp): the fabric never floods, and a large
@@ -162,6 +169,7 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         "link set lo up",
         f"link set dev {intf} address {node.mac} mtu {fabric.mtu_bytes}",
         f"addr add {node.ip}/{HOST_PREFIX_LEN} dev {intf}",
+        *(f"route add unreachable {ip}/32" for ip in unreachable_ips if ip not in fabric_ips),
         *([f"link set dev {intf} gso_max_size {gso_max_bytes(link.rate_mbit, fabric.mtu_bytes)}"]
           if offloads_on else []),
         f"link set dev {intf} up",
@@ -185,6 +193,22 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
           if rx_cpus_mask else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def machine_resolvers(resolv_conf: str) -> list[str]:
+    """The IPv4 name servers of a resolv.conf text: programs in a host's namespace read the
+    machine's resolv.conf, and would look for these on the fabric."""
+    out = []
+    for line in resolv_conf.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "nameserver":
+            try:
+                address = ipaddress.ip_address(fields[1])
+            except ValueError:
+                continue
+            if address.version == 4:
+                out.append(str(address))
+    return out
 
 
 def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int,
@@ -465,12 +489,16 @@ class FabricNetwork:
         scripts = self.workdir / "host-setup"
         scripts.mkdir(exist_ok=True)
         failed = []
+        try:
+            resolvers = machine_resolvers(Path(RESOLV_CONF).read_text())
+        except OSError:
+            resolvers = []
         with self.ledger.kernel_settings(allowed_congestion_control(self.host_sysctls)):
             for name, host in self.hosts.items():
                 path = scripts / f"{name}.sh"
                 path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
                                             self.impairments, self.offloads_on,
-                                            self.cpu_layout.host_cpus_mask))
+                                            self.cpu_layout.host_cpus_mask, resolvers))
                 host.sendCmd(f"sh {path}; echo rc=$?")
             for name, host in self.hosts.items():
                 out = host.waitOutput()

@@ -72,3 +72,19 @@ def test_mininets_ping_runs_over_the_hosts(answers, loss_percent, capsys):
     assert loss == pytest.approx(loss_percent)
     assert hosts[0].commands == ["ping -c1  10.0.0.2", "ping -c1  10.0.0.3"]
     assert len(hosts[1].commands) == len(hosts[2].commands) == 2  # each to the 2 others
+
+
+def test_the_machines_resolvers_are_unreachable_from_the_hosts():
+    """Hosts read the machine's resolv.conf; a resolver inside 10.0.0.0/8 would otherwise be
+    looked for by ARP on the fabric, where no one answers and the switches drop the request."""
+    from testbed.apply.network import machine_resolvers
+
+    conf = ("# generated\nnameserver 10.255.255.53\nnameserver fe80::1\nnameserver bogus\n"
+            "search example\nnameserver 192.0.2.1 # second\n")
+    assert machine_resolvers(conf) == ["10.255.255.53", "192.0.2.1"]
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    host = fabric.hosts[0]
+    script = host_script(fabric, host.name, unreachable_ips=["10.255.255.53", fabric.hosts[1].ip])
+    assert "route add unreachable 10.255.255.53/32" in script
+    assert f"unreachable {fabric.hosts[1].ip}/" not in script  # never a fabric host
+    assert "unreachable" not in host_script(fabric, host.name)

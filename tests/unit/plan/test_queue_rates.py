@@ -17,6 +17,7 @@ from testbed.experiments.allreduce.experiment import port_buffer_bytes
 from testbed.harness.plans import queue_plan
 from testbed.harness.scenario import SCENARIO_DIR, QueueSpec, load
 from testbed.measure.fidelity import Watch, marker_tolerance_bytes
+from testbed.plan.port_queue import htb_burst_bytes
 from testbed.harness.plots import plot_queue_depth
 from testbed.measure.queues import QueueSeries, ecn_report, marking_starts_bytes
 from testbed.model.topology import build
@@ -277,7 +278,7 @@ def test_the_verdict_judges_each_marked_port_by_the_thresholds_of_its_rate():
     for label in labels:
         rate = watch.directions[label].rate_mbit
         assert marker[label]["tolerance_bytes"] == marker_tolerance_bytes(
-            queue.for_rate(rate).ecn, frame), label
+            queue.for_rate(rate).ecn, frame, htb_burst_bytes(rate, MTU)), label
     assert len({marker[label]["tolerance_bytes"] for label in labels}) == 2
 
 

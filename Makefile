@@ -8,7 +8,7 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit lint-imports test-integration vm-test bench dctcp incast pfc-demo doctor clean topo
+.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit lint-imports test-integration vm-test bench dctcp incast pfc-demo lab doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -72,6 +72,9 @@ pfc-demo: install  ## PFC's costs: head-of-line blocking, congestion spreading, 
 
 dctcp: install  ## DCTCP micro-benchmark: 2 and 8 senders, drop-tail vs ECN at K (root)
 	$(TESTBED) dctcp $(ARGS)
+
+lab: install  ## every teaching lab, then results/labs/index.html (root; LAB_SHORT=1 runs the shortened forms, as CI does)
+	$(TESTBED) lab run all $(if $(filter 1,$(LAB_SHORT)),--short)
 
 doctor: install  ## what this machine can do, and the path each feature takes
 	$(TESTBED) doctor

@@ -46,6 +46,7 @@ from testbed.interactive.attach import SessionState, exec_argv
 from testbed.interactive.live import choose_setup
 from testbed.interactive.session import describe as describe_session, running_session
 from testbed.interactive.shell import FabricShell
+from testbed.lab.command import add_arguments
 from testbed.model.topology import build
 from testbed.model.topology.describe import describe, description_rows, draw
 
@@ -429,6 +430,12 @@ def add_session_commands(sub) -> None:
                    ).set_defaults(func=cmd_down)
 
 
+def add_lab_commands(sub) -> None:
+    """``testbed lab list | run N | check N | index``: the teaching labs (testbed.lab)."""
+    add_arguments(sub.add_parser("lab", help="the teaching labs: list, run N, check N, index "
+                                 "(labs/)"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed",
                        epilog="exit status: 0 passed, 1 a check failed or the emulator did not "
@@ -477,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("clean", help="remove what an interrupted run left behind"
                    ).set_defaults(func=cmd_clean)
     add_session_commands(sub)
+    add_lab_commands(sub)
     bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")
     bench.add_argument("--output", default="results/bench.json", help="JSON output path")
     bench.add_argument("--k", type=int, action="append", choices=[4, 6, 8],

@@ -30,7 +30,10 @@ from testbed.apply.state import Ledger
 from testbed.errors import TestbedError
 from testbed.system.process import stop_process
 
-START_TIMEOUT_S = 30.0
+# From launch to its ready file: the agent imports scapy and opens a socket per interface.
+# Seconds on the host; under software emulation (the stock-kernel VM suite, about ten times
+# slower) the pause agent of a k=4 fat-tree took longer than 30 s.
+START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 5.0
 READY_POLL_S = 0.05
 LOG_TAIL_CHARS = 400

@@ -185,7 +185,7 @@ class EcnMarking:
                                                  layout_struct(MAPS[map_name]).size)
             return self._maps[map_name]
 
-    def _marker_read(self, map_name: str) -> dict[int, dict[str, int]]:
+    def read_map(self, map_name: str) -> dict[int, dict[str, int]]:
         """The ports' entries of one of the marker's maps, {ifindex: fields}: one system
         call for all of them."""
         try:
@@ -201,7 +201,7 @@ class EcnMarking:
     def counters(self) -> dict[str, dict]:
         """Every port's counters since the marking was applied (testbed.system.counters)."""
         buffers = self._buffers()
-        marker = self._marker_read("ecn_counters") if self.path == ECN_PATH_EBPF else None
+        marker = self.read_map("ecn_counters") if self.path == ECN_PATH_EBPF else None
         return port_counters(self.ports, marker, buffers)
 
     def reset_counters(self) -> None:
@@ -219,7 +219,7 @@ class EcnMarking:
         """Every port's queue in bytes now: the marker's virtual FIFO (eBPF), or the RED
         qdisc's backlog. One system call (eBPF) or one tc process (RED) reads all ports."""
         if self.path == ECN_PATH_EBPF:
-            samples = self._marker_read("ecn_qdepth")
+            samples = self.read_map("ecn_qdepth")
             return depths_from_qdepth(self.ports, samples, time.monotonic_ns())
         buffers = self._buffers()
         return {p.intf: buffers.get(p.intf, {}).get("backlog_bytes", 0) for p in self.ports}

@@ -60,6 +60,7 @@ from testbed.plan.bring_up import (
     fping_argv,
     host_script,
     link_interfaces,
+    machine_resolvers,
     ovs_transaction,
 )
 from testbed.plan.loss_plan import Cut, Loss, loss_counters_total
@@ -78,6 +79,7 @@ DRAIN_POLL_S = 0.05
 # deletes them all in a single batched unregister instead of one RCU wait per interface.
 LINK_GROUP = 0x7E57
 HOST_START_THREADS = 16
+RESOLV_CONF = "/etc/resolv.conf"  # hosts share the machine's mount namespace, so its file
 HOST_PORT = 0  # a host's only interface is its port 0, eth0, as in Mininet
 # Feature names (ethtool -k) that testbed.plan.bring_up.OFFLOADS_OFF turns off: checksums,
 # segmentation, GRO.
@@ -97,6 +99,22 @@ ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 # grace period (synchronize_net); normal grace periods cost tens of ms each on these
 # machines, so a k=8 fat-tree's 256 ports cost seconds. Restored before any workload runs.
 FAST_RCU = {"/sys/kernel/rcu_expedited": "1"}
+# IPv6 off on every interface the bring-up creates in the root namespace (switch ends, and a
+# kernel datapath's bridge ports): new interfaces take the namespace's default. Left on, the
+# root namespace's own stack sends router solicitations, MLD reports and DAD probes out of
+# the switch ports into the emulated fabric: on a stock kernel 7 of 340 packets of a ping
+# test, sent by a switch port that never received them, which packet conservation then
+# reads as the switches making packets. (The hosts turn IPv6 off in their own namespaces.)
+ROOT_IPV6_DEFAULT = "/proc/sys/net/ipv6/conf/default/disable_ipv6"
+
+
+def bring_up_settings() -> dict[str, str]:
+    """Kernel settings held while the fabric comes up (restored after): fast RCU, and IPv6
+    off for the interfaces it creates where the kernel has IPv6."""
+    settings = dict(FAST_RCU)
+    if os.path.exists(ROOT_IPV6_DEFAULT):
+        settings[ROOT_IPV6_DEFAULT] = "1"
+    return settings
 
 
 def allowed_congestion_control(host_sysctls: dict[str, str]) -> dict[str, str]:
@@ -193,6 +211,10 @@ class FabricNetwork:
                                       log=log)
                     if queue is not None and queue.pfc is not None else None)
         self.shaped_ports = shaped_ports(fabric)
+        # packets lost to links and switches the run cut, per failure window (monotonic s)
+        self._failure_losses: list[dict] = []
+        self._failures_open: set[tuple] = set()
+        self._failure_since: tuple[float, dict] | None = None
         self._backlogs: PortBacklogs | None = None  # opened on first use
 
     def __enter__(self) -> FabricNetwork:
@@ -212,7 +234,7 @@ class FabricNetwork:
         fabric_json = self.workdir / "fabric.json"
         self.fabric.dump_json(fabric_json)
         self.ledger.add_names(interfaces=self.fabric.interface_names())
-        with self.ledger.kernel_settings(FAST_RCU):
+        with self.ledger.kernel_settings(bring_up_settings()):
             self.switchd.start(self.workdir, self.switch_groups)
             # The controller imports while the hosts and links are made; OVS needs it later.
             self.controller = ControllerProcess(fabric_json, self.workdir, routing=self.routing)
@@ -345,12 +367,16 @@ class FabricNetwork:
         scripts = self.workdir / "host-setup"
         scripts.mkdir(exist_ok=True)
         failed = []
+        try:
+            resolvers = machine_resolvers(Path(RESOLV_CONF).read_text())
+        except OSError:
+            resolvers = []
         with self.ledger.kernel_settings(allowed_congestion_control(self.host_sysctls)):
             for name, host in self.hosts.items():
                 path = scripts / f"{name}.sh"
                 path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
                                             self.impairments, self.offloads_on,
-                                            self.cpu_layout.host_cpus_mask))
+                                            self.cpu_layout.host_cpus_mask, resolvers))
                 host.sendCmd(f"sh {path}; echo rc=$?")
             for name, host in self.hosts.items():
                 out = host.waitOutput()
@@ -409,23 +435,61 @@ class FabricNetwork:
         """Take the link between ``a`` and ``b`` down or up (its root-namespace ends: the
         switches see the port change, as on a cut cable); returns the monotonic time just
         before."""
+        key = ("link", *sorted((a, b)))
+        if not up:
+            self._failure_starts(key)
         t = time.monotonic()
         set_interfaces(self.link_interfaces(a, b), up)
+        if up:
+            self._failure_healed(key)
         return t
 
     def set_switch(self, name: str, up: bool) -> float:
         """Fail a switch or bring it back: every one of its ports down (or up), and its
         OpenFlow connection dropped (or restored), as a switch that dies and reboots does."""
+        key = ("switch", name)
+        if not up:
+            self._failure_starts(key)
         t = time.monotonic()
         intfs = [intf for switch, _, intf, _ in self.fabric.switch_ends() if switch == name]
         if up:
             set_interfaces(intfs, True)
             self.switchd.vsctl(["set-controller", name,
                                 f"tcp:127.0.0.1:{self.controller.port}"], bridge=name)
+            self._failure_healed(key)
         else:
             self.switchd.vsctl(["del-controller", name], bridge=name)
             set_interfaces(intfs, False)
         return t
+
+    def _failure_starts(self, key: tuple) -> None:
+        """Before the first of overlapping failures: the switches' counters, so that what
+        the failures lose can be told apart from what the emulator loses."""
+        if not self._failures_open:
+            self._failure_since = (time.monotonic(), self.switch_counters())
+        self._failures_open.add(key)
+
+    def _failure_healed(self, key: tuple) -> None:
+        """When the last open failure heals: the packets the switches received and neither
+        sent nor dropped in a queue meanwhile were lost to the cut links and switches (sent
+        to a port that was down: a real switch loses them too), recorded in
+        ``failure_losses``."""
+        self._failures_open.discard(key)
+        if self._failures_open or self._failure_since is None:
+            return
+        start, before = self._failure_since
+        after = self.switch_counters()
+        change = {k: after[k] - before[k] for k in after}
+        lost = max(0, change["rx_packets"] - change["tx_packets"] - change["queue_drops"]
+                   - change["impairment_drops"])
+        self._failure_losses.append({"start_s": start, "end_s": time.monotonic(),
+                                    "lost_packets": lost})
+        self._failure_since = None
+
+    def failure_losses(self) -> list[dict]:
+        """Packets lost to the links and switches the run cut, one record per window of
+        overlapping failures (start_s, end_s, lost_packets; see ``_failure_healed``)."""
+        return list(self._failure_losses)
 
     def restart_controller(self) -> float:
         """Stop the controller and start a new one on the same port and files; returns the

@@ -23,7 +23,7 @@ wake-up and stays near one core under any load, absorbing more load in bigger ba
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from testbed.measure.rtt import RttProbe
 from testbed.measure.stats import percentile
@@ -35,6 +35,7 @@ from testbed.measure.telemetry import (
     window_rates_mbit,
 )
 from testbed.model.verdict import Check, at_least, at_most
+from testbed.plan.port_queue import htb_burst_bytes
 from testbed.system.running import RunningFabric
 
 # Named tolerances.
@@ -68,8 +69,9 @@ MIN_BUSY_INTERVALS = 3  # intervals backlogged throughout, for a delivery worth 
 MIN_BACKLOGGED_DELIVERY_FRACTION = 0.90
 # The eBPF marker's model of a queue may differ from the kernel's reading of that queue by at
 # most a quarter of the marking range (K for step marking, Kmax - Kmin for RED) plus two
-# frames, at the MARKER_DIVERGENCE_PERCENTILE of the samples of the window: beyond that its
-# marks follow another queue than the real one.
+# frames and the port's shaper bucket (marker_tolerance_bytes), at the
+# MARKER_DIVERGENCE_PERCENTILE of the samples of the window: beyond that its marks follow
+# another queue than the real one.
 MARKER_DIVERGENCE_RANGE_FRACTION = 0.25
 MARKER_DIVERGENCE_SLACK_FRAMES = 2
 MARKER_DIVERGENCE_PERCENTILE = 95
@@ -162,30 +164,36 @@ def backlogged_delivery(t_s: list[float], backlog_bytes: dict[str, list[int]],
 
 
 def marker_divergence(t_s: list[float], model_bytes: dict[str, list[int]],
-                      real_bytes: dict[str, list[int]],
-                      window_s: tuple[float, float]) -> dict[str, dict]:
+                      real_bytes: dict[str, list[int]], window_s: tuple[float, float],
+                      swing_bytes: dict[str, list[int]] | None = None) -> dict[str, dict]:
     """Per marked port, how far the marker's model stood from the kernel's reading of the same
     queue over the window: the ``MARKER_DIVERGENCE_PERCENTILE`` of |model - real|, the mean
-    of model - real (its bias) and the samples."""
+    of model - real (its bias) and the samples. ``swing_bytes``: per sample, half the span the
+    model moved over while the queue was read (telemetry's two readings around it); a gap
+    within it is no divergence, beyond it only the excess counts."""
     inside = _in_window(t_s, window_s)
     out = {}
     for label, model in model_bytes.items():
         real = real_bytes.get(label)
         if real is None or not inside:
             continue
+        swing = (swing_bytes or {}).get(label) or [0] * len(model)
         diffs = [model[i] - real[i] for i in inside]
-        out[label] = {"abs_bytes": percentile([abs(d) for d in diffs],
-                                              MARKER_DIVERGENCE_PERCENTILE),
+        gaps = [max(0, abs(model[i] - real[i]) - swing[i]) for i in inside]
+        out[label] = {"abs_bytes": percentile(gaps, MARKER_DIVERGENCE_PERCENTILE),
                       "mean_bytes": sum(diffs) / len(diffs), "samples": len(diffs)}
     return out
 
 
-def marker_tolerance_bytes(ecn, frame_bytes: int) -> int:
+def marker_tolerance_bytes(ecn, frame_bytes: int, bucket_bytes: int = 0) -> int:
     """How far a marker's model may stand from the real queue (module constants), for an ECN
-    profile (testbed.plan.profiles.StepEcn or RedEcn)."""
+    profile (testbed.plan.profiles.StepEcn or RedEcn) on a port whose shaper's bucket holds
+    ``bucket_bytes``: the model drains smoothly at the rate, the token bucket sends up to a
+    bucket at once, so while the port keeps time its real queue runs up to a bucket below the
+    model (testbed.plan.port_queue.HTB_CATCH_UP_S)."""
     span = ecn.k_bytes if hasattr(ecn, "k_bytes") else ecn.kmax_bytes - ecn.kmin_bytes
     return int(MARKER_DIVERGENCE_RANGE_FRACTION * span
-               + MARKER_DIVERGENCE_SLACK_FRAMES * frame_bytes)
+               + MARKER_DIVERGENCE_SLACK_FRAMES * frame_bytes + bucket_bytes)
 
 
 def backlog_checks(delivery: dict[str, float] | None, marker: dict[str, dict] | None,
@@ -378,9 +386,19 @@ class Watch:
                 if d.rate_mbit}
 
     def emulator_lost(self) -> int:
-        s = self.switches  # impairments' losses are intended: not the emulator's
-        return emulator_losses(s["rx_packets"], s["tx_packets"],
+        """Packets the switches lost outside any emulated queue over the watch. Impairments'
+        losses are intended, and so are those of links and switches the run cut: while a cut
+        lasts, packets forwarded to a port that is down vanish before any counter sees them,
+        as on a real switch (``RunningFabric.failure_losses``, windows inside the watch)."""
+        s = self.switches
+        lost = emulator_losses(s["rx_packets"], s["tx_packets"],
                                s["queue_drops"] + s.get("impairment_drops", 0))
+        return max(0, lost - self.failure_lost())
+
+    def failure_lost(self) -> int:
+        """Packets lost to the run's own cuts in failure windows that lie inside the watch."""
+        return sum(w["lost_packets"] for w in self.net.failure_losses()
+                   if self.t_start <= w["start_s"] and w["end_s"] <= self.t_end)
 
     def verdict(self, window_s: tuple[float, float] | None = None, bottleneck: str | None = None,
                 bandwidth_bound: bool = True, setup: str | None = None) -> FidelityVerdict:
@@ -395,12 +413,18 @@ class Watch:
             t0 = self.sampler._t0
             rtt = self.probe.result((t0 + window[0], t0 + window[1])).to_dict()
         backlogged, marker = self.queue_signals(window)
-        return judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
+        verdict = judge(window_mean(self.series.cpu_busy_fraction, self.series, *window),
                      window_mean(self.series.vswitchd_cores, self.series, *window),
                      delivery, self.emulator_lost() / received, bandwidth_bound, setup,
                      self.busiest_threads(window), rtt,
                      window_mean(self.series.cpu_stolen_fraction, self.series, *window),
                      backlogged, marker)
+        cut = self.failure_lost()
+        if not cut:
+            return verdict
+        return replace(verdict, notes=[*verdict.notes, f"{cut} packets sent into links and "
+                                       "switches the run cut, while they were down, are the "
+                                       "failures' losses, not counted against the emulator"])
 
     def queue_signals(self, window_s: tuple[float, float]) -> tuple[dict | None, dict | None]:
         """The standing ports' delivery and the marked ports' divergence over the window
@@ -421,11 +445,18 @@ class Watch:
                                        window_s, frame)
         marker = None
         if s.model_bytes:  # each port judged by the thresholds of its own link's rate
-            queue = self.net.queue
-            marker = {label: {**entry, "tolerance_bytes": marker_tolerance_bytes(
-                          queue.for_rate(self.directions[label].rate_mbit).ecn, frame)}
+            queue, mtu = self.net.queue, self.net.fabric.mtu_bytes
+
+            def tolerance(rate_mbit: float) -> int:
+                at_rate = queue.for_rate(rate_mbit)
+                return marker_tolerance_bytes(at_rate.ecn, frame, htb_burst_bytes(
+                    rate_mbit, mtu, at_rate.uses_classes))
+
+            marker = {label: {**entry,
+                              "tolerance_bytes": tolerance(self.directions[label].rate_mbit)}
                       for label, entry in marker_divergence(s.queue_t_s, s.model_bytes,
-                                                            s.backlog_bytes, window_s).items()}
+                                                            s.backlog_bytes, window_s,
+                                                            s.model_swing_bytes).items()}
         return delivery, marker
 
     def busiest_threads(self, window_s: tuple[float, float]) -> dict[str, tuple[str, float]]:

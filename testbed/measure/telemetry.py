@@ -154,11 +154,14 @@ class Series:
     thread_cores: dict[str, list[float]] = field(default_factory=dict)
     thread_names: dict[str, list[str]] = field(default_factory=dict)
     # every shaped port's backlog (bytes, by link direction) at times queue_t_s, and, where an
-    # eBPF marker marks by a model of the queue, that model read just before
+    # eBPF marker marks by a model of the queue, that model read just before and just after
+    # it: model_bytes is the midpoint of the two readings, model_swing_bytes half their
+    # difference (how much the model moved while the kernel's queue was being read)
     queue_t_s: list[float] = field(default_factory=list)
     queue_index: list[int] = field(default_factory=list)  # the t_s sample of the same pass
     backlog_bytes: dict[str, list[int]] = field(default_factory=dict)
     model_bytes: dict[str, list[int]] = field(default_factory=dict)
+    model_swing_bytes: dict[str, list[int]] = field(default_factory=dict)
     queue_error: str | None = None  # why queue sampling stopped early
 
 
@@ -249,16 +252,23 @@ class Sampler:
                 break
 
     def _sample_queues(self, now: float) -> None:
-        """One reading of the marker's model, then of every port's real backlog right after
-        it (the closer together, the less the queue moves between them)."""
+        """One reading of every port's real backlog between two readings of the marker's
+        model: the model at the moment the kernel's queue was read lies between the two, so a
+        queue that moves while it is read is not taken for a model that left it."""
         s = self.series
         try:
-            model = self.queues.models()
+            before = self.queues.models()
             real = self.queues.backlogs()
+            after = self.queues.models() if before else {}
         except Exception as exc:  # a thread has no caller to raise to: record it
             s.queue_error = f"{type(exc).__name__}: {exc}"
             return
-        for series, reading in ((s.backlog_bytes, real), (s.model_bytes, model)):
+        model = {label: (value + after.get(label, value)) // 2
+                 for label, value in before.items()}
+        swing = {label: abs(value - after.get(label, value)) // 2
+                 for label, value in before.items()}
+        for series, reading in ((s.backlog_bytes, real), (s.model_bytes, model),
+                                (s.model_swing_bytes, swing)):
             for label, value in reading.items():
                 series.setdefault(label, [0] * len(s.queue_t_s)).append(value)
             for label, values in series.items():

@@ -4,6 +4,7 @@ bridge and port, the reachability probe's command line, and which interfaces a l
 root namespace. ``testbed.apply.network.FabricNetwork`` applies them."""
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping, Sequence
 
@@ -21,7 +22,8 @@ HOST_PREFIX_LEN = 8  # every host address is in 10.0.0.0/8 (testbed.model.topolo
 def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None,
                 queue: QueueConfig | None = None,
                 impairments: Mapping[str, Impairment] | None = None,
-                offloads_on: bool = False, rx_cpus_mask: str | None = None) -> str:
+                offloads_on: bool = False, rx_cpus_mask: str | None = None,
+                unreachable_ips: Sequence[str] = ()) -> str:
     """Everything one host does to its end of its link, as a shell script of three processes
     (``ip -batch``, ``ethtool``, ``tc -batch``): a k=8 fat-tree's 128 hosts run theirs at once.
     ``sysctls`` (e.g. TCP congestion control and ECN) are set in the host's own namespace,
@@ -33,8 +35,12 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
     hosts make them, so is every packet on the fabric. ``rx_cpus_mask``: the CPUs its NIC
     steers receive processing to (RPS, ``shards.CpuLayout``), written through a sysfs
     mounted in a private mount namespace: the machine's /sys shows the root namespace's
-    interfaces, not the host's."""
+    interfaces, not the host's. ``unreachable_ips``: addresses outside the fabric the host
+    must never look for on its link (the machine's DNS resolvers, ``machine_resolvers``):
+    routed as unreachable, a lookup fails at once instead of sending ARP requests into the
+    fabric that no one answers."""
     node = fabric.nodes[host]
+    fabric_ips = {h.ip for h in fabric.hosts}
     link, end = fabric.host_link(host)
     intf = link.intf(end)
     # Static ARP for every other host (Mininet's --arp): the fabric never floods, and a large
@@ -43,6 +49,7 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
         "link set lo up",
         f"link set dev {intf} address {node.mac} mtu {fabric.mtu_bytes}",
         f"addr add {node.ip}/{HOST_PREFIX_LEN} dev {intf}",
+        *(f"route add unreachable {ip}/32" for ip in unreachable_ips if ip not in fabric_ips),
         *([f"link set dev {intf} gso_max_size {gso_max_bytes(link.rate_mbit, fabric.mtu_bytes)}"]
           if offloads_on else []),
         f"link set dev {intf} up",
@@ -66,6 +73,22 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
           if rx_cpus_mask else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def machine_resolvers(resolv_conf: str) -> list[str]:
+    """The IPv4 name servers of a resolv.conf text: programs in a host's namespace read the
+    machine's resolv.conf, and would look for these on the fabric."""
+    out = []
+    for line in resolv_conf.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "nameserver":
+            try:
+                address = ipaddress.ip_address(fields[1])
+            except ValueError:
+                continue
+            if address.version == 4:
+                out.append(str(address))
+    return out
 
 
 def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int,

@@ -76,6 +76,11 @@ class RunningFabric(Protocol):
         """Wait (at most ``timeout_s``) until the switches' queues are empty; the packets
         still queued."""
 
+    def failure_losses(self) -> list[dict]:
+        """Packets lost to the links and switches the run itself cut, one record per window of
+        overlapping failures (``start_s``, ``end_s``, ``lost_packets``): sent to a port that
+        was down, they vanish as on a real switch, and are not the emulator's."""
+
     def loss_counters(self) -> dict:
         """What the loss program did: packets applied to and dropped, total and by
         interface."""

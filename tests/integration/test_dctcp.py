@@ -1,6 +1,6 @@
 """The DCTCP micro-benchmark as ``scenarios/dctcp.yaml`` runs it, shortened to 2 senders and
 8 s of flows per setup (2 s of TCP start-up left out): two flows into one 20 Mbit/s port
-with a 125 KB buffer, drop-tail (cubic, ECN off) and then ECN at K = 3000 B (two frames;
+with a 125 KB buffer, drop-tail (Reno, ECN off) and then ECN at K = 3000 B (two frames;
 cubic with ECN where the kernel has no dctcp), each on a fabric of its own.
 
 The run's own checks, judged on the port's real queue (its bfifo's backlog, read over
@@ -26,7 +26,12 @@ from testbed.plan.ecn_plan import ECN_PATH_EBPF
 
 pytestmark = pytest.mark.stock_kernel
 
-SHORT = {"params.senders": [2], "params.seconds": 6, "params.omit_s": 2}
+# Drop-tail's hosts run Reno here, as the Mininet-HiFi reproduction's TCP did: after a loss
+# it regrows a window per round trip and refills the buffer within a second, where cubic's
+# regrowth is timed in seconds (about 4 s for an 83-packet window) and in a 6 s run on a
+# stock 6.1 kernel under software emulation left the median queue at 44% of the buffer.
+SHORT = {"params.senders": [2], "params.seconds": 6, "params.omit_s": 2,
+         "params.droptail_cc": "reno"}
 CHECKS = {("n2-droptail", "drop-tail median queue"), ("n2-droptail", "queue sampled"),
           ("n2-ecn", "ECN median queue near K"), ("n2-ecn", "ECN utilisation"),
           ("n2-ecn", "queue sampled")}

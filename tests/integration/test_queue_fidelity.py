@@ -11,6 +11,10 @@ two TCP flows converge on one switch port, l0-eth3, shaped to 20 Mbit/s with ECN
   change``, as a shaper that falls behind would): its backlog stands and it delivers about
   THROTTLE_FRACTION of its rate, so "backlogged ports deliver their rate" fails, naming it,
   and the run is NOT trusted.
+- On the eBPF path, the marker configured with a wrong rate (WRONG_RATE_FACTOR times the
+  port's): while the anchor agent grounds it in the real backlog the model still follows the
+  queue; with the agent stopped it drains too fast, "ECN marker's model follows the real
+  queue" fails and the run is NOT trusted.
 Needs root; runs alone (one emulation per machine)."""
 from __future__ import annotations
 
@@ -18,10 +22,12 @@ import json
 import subprocess
 import time
 
+from testbed.apply.bpf_syscall import PinnedMap
 from testbed.apply.network import FabricNetwork
 from testbed.capabilities import detect
 from testbed.measure.fidelity import MIN_BACKLOGGED_DELIVERY_FRACTION, Watch
 from testbed.model.topology import build
+from testbed.plan.ecn_plan import ECN_PATH_EBPF, marker_config, pinned_map_path
 from testbed.plan.port_queue import HTB_OVERHEAD_BYTES, Handles, htb_burst_bytes
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.settings import tcp_settings
@@ -42,6 +48,7 @@ LISTEN_TIMEOUT_S = 10.0
 WARMUP_S = 2.0  # the judged window starts after TCP's slow start
 END_MARGIN_S = 1.0
 THROTTLE_FRACTION = 0.6  # the slowed shaper's share of the rate the fabric says it has
+WRONG_RATE_FACTOR = 2.0  # the misconfigured marker drains its model this much too fast
 DELIVERY_CHECK = "backlogged ports deliver their rate"
 MARKER_CHECK = "ECN marker's model follows the real queue"
 
@@ -75,11 +82,27 @@ def check(verdict, name):
     return next(c for c in verdict.checks if c.name == name)
 
 
-def run(ledger, workdir, throttle: bool = False):
+def misconfigure_marker(net, anchored: bool) -> None:
+    """The bottleneck's marker entry rewritten with a rate WRONG_RATE_FACTOR too high; the
+    anchor agent stopped unless ``anchored``."""
+    if not anchored:
+        net.marking.anchor.stop()
+    port = next(p for p in net.marking.ports if p.intf == BOTTLENECK)
+    config = marker_config(port.rate_mbit * WRONG_RATE_FACTOR, net.queue.for_rate(RATE_MBIT))
+    with PinnedMap(pinned_map_path("ecn_config"), len(config.pack())) as entries:
+        entries.update(port.ifindex, config.pack())
+
+
+def run(ledger, workdir, throttle: bool = False, wrong_rate: str | None = None):
+    """The flows on the fabric as built, or with the bottleneck's shaper slowed
+    (``throttle``), or its marker given a wrong rate (``wrong_rate``: "anchored" or
+    "unanchored")."""
     tcp = tcp_settings(True, "auto", detect())
     with FabricNetwork(fabric(), workdir, ledger, log=lambda m: None,
                        queue=QueueConfig(BUFFER_BYTES, StepEcn(K_BYTES)),
                        host_sysctls=tcp.sysctls()) as net:
+        if wrong_rate is not None:
+            misconfigure_marker(net, anchored=wrong_rate == "anchored")
         if throttle:
             burst = htb_burst_bytes(RATE_MBIT, MTU)
             subprocess.run(["tc", "class", "change", "dev", BOTTLENECK, "parent",
@@ -116,3 +139,18 @@ def test_a_shaper_draining_below_its_rate_makes_the_run_untrusted(ledger, tmp_pa
     assert BOTTLENECK_LABEL in delivery.statement, context
     assert not verdict.trustworthy, context
     assert any("shaper drained below its rate" in r for r in verdict.reasons), context
+
+
+def test_a_marker_with_a_wrong_rate_follows_the_queue_only_while_anchored(ledger, tmp_path):
+    if detect().paths.ecn_marking != ECN_PATH_EBPF:  # the RED qdisc marks on the real queue
+        assert MARKER_CHECK not in [c.name for c in run(ledger, tmp_path)[0].checks]
+        return
+    verdict, mbit, _ = run(ledger, tmp_path / "anchored", wrong_rate="anchored")
+    context = {"mbit": mbit, "checks": [c.to_dict() for c in verdict.checks]}
+    assert check(verdict, MARKER_CHECK).passed, context
+    verdict, mbit, _ = run(ledger, tmp_path / "unanchored", wrong_rate="unanchored")
+    context = {"mbit": mbit, "checks": [c.to_dict() for c in verdict.checks],
+               "reasons": verdict.reasons}
+    assert check(verdict, MARKER_CHECK).passed is False, context
+    assert not verdict.trustworthy, context
+    assert any("marked another queue than the real one" in r for r in verdict.reasons), context

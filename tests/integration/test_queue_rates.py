@@ -26,9 +26,7 @@ from testbed.model.topology import build
 from testbed.plan.ecn_plan import (
     ECN_PATH_EBPF,
     ECN_PATH_RED,
-    map_dump_command,
     marker_config,
-    parse_map_dump,
 )
 from testbed.plan.port_queue import Handles
 from testbed.plan.profiles import DEFAULT_PRIORITY
@@ -51,8 +49,7 @@ def test_every_switch_port_holds_the_queue_of_its_own_rate(ledger, tmp_path: Pat
         path = net.ecn_path
         qdiscs = read_qdiscs()
         ifindex = {intf: read_ifindex(intf) for intf in net.root_interfaces()}
-        marker = (parse_map_dump("ecn_config", run_tool(map_dump_command("ecn_config")))
-                  if path == ECN_PATH_EBPF else None)
+        marker = net.marking.read_map("ecn_config") if path == ECN_PATH_EBPF else None
         agent = json.loads((tmp_path / PLAN_FILE).read_text())["interfaces"]
         assert net.pfc.alive()
     checked = set()

@@ -265,6 +265,9 @@ class StandInFabric:
     def loss_counters(self):
         return {"applied": 0, "dropped": 0, "interfaces": {}}
 
+    def failure_losses(self):
+        return []
+
     # -- counters and samples ---------------------------------------------------------------
     def queue_drops(self):
         return self.steps.get("queue_drops", 0) * self._read("queue_drops")

@@ -22,7 +22,7 @@ from testbed.apply.network import FabricNetwork
 from testbed.apply.rxe_probe import probe
 from testbed.capabilities import RXE_NETNS, detect, fabric_datapath, with_probe
 from testbed.drive.roce_flows import RoceCapture, RoceSettings, run_roce_flows
-from testbed.experiments.roce_common.roce_setups import bench_fabric
+from testbed.model.bench import bench_fabric
 from testbed.measure.roce import capture_checks, decode_capture
 
 # The lead chooses these after measuring in the guest (software emulation is about ten times

@@ -12,6 +12,7 @@ from testbed.measure.fidelity import (
     emulator_losses,
     judge,
 )
+from testbed.model.topology.fattree import fat_tree
 
 STEP = 1e-4  # just across a tolerance
 
@@ -216,6 +217,9 @@ def test_marker_tolerance_is_a_quarter_of_the_marking_range_plus_two_frames():
         int(MARKER_DIVERGENCE_RANGE_FRACTION * 30_000 + slack)
     assert marker_tolerance_bytes(RedEcn(5_000, 200_000, 0.01), FRAME) == \
         int(MARKER_DIVERGENCE_RANGE_FRACTION * 195_000 + slack)
+    # a token bucket sends up to its bucket at once where the model drains smoothly
+    assert marker_tolerance_bytes(StepEcn(30_000), FRAME, 7_500) == \
+        marker_tolerance_bytes(StepEcn(30_000), FRAME) + 7_500
 
 
 def test_marker_divergence_is_a_high_percentile_of_the_paired_gap():
@@ -225,6 +229,16 @@ def test_marker_divergence_is_a_high_percentile_of_the_paired_gap():
     assert out["abs_bytes"] < 90_000 and out["samples"] == len(T)
     drifted = {"a->b": [1000 + 100 * i for i in range(len(T))]}
     assert marker_divergence(T, drifted, real, FULL)["a->b"]["abs_bytes"] > 3000
+
+
+def test_a_queue_moving_while_it_is_read_is_no_divergence():
+    real = {"a->b": [1000] * len(T)}
+    model = {"a->b": [7000] * len(T)}
+    moving = {"a->b": [6000] * len(T)}  # the model swung 12 KB around the kernel's reading
+    assert marker_divergence(T, model, real, FULL, moving)["a->b"]["abs_bytes"] == 0
+    partly = {"a->b": [2000] * len(T)}  # only the excess over the swing counts
+    assert marker_divergence(T, model, real, FULL, partly)["a->b"]["abs_bytes"] == 4000
+    assert marker_divergence(T, model, real, FULL, partly)["a->b"]["mean_bytes"] == 6000
 
 
 def test_a_drifting_marker_fails_the_run():
@@ -260,3 +274,20 @@ def test_the_watch_checks_the_busiest_thread_of_every_emulator_process():
     watch = Watch(net)
     assert watch.sampler.threads == {"ovs-vswitchd": [101], "pause agent": [202]}
     assert watch.sampler.vswitchd_pids == [101]
+
+
+def test_packets_lost_to_the_runs_own_cuts_are_not_the_emulators():
+    from testbed.measure.fidelity import Watch
+
+    watch = Watch.__new__(Watch)
+    watch.t_start, watch.t_end = 10.0, 20.0
+    watch.switches = {"rx_packets": 1000, "tx_packets": 900, "queue_drops": 40,
+                      "impairment_drops": 0}
+    windows = [{"start_s": 12.0, "end_s": 14.0, "lost_packets": 50},
+               {"start_s": 9.0, "end_s": 11.0, "lost_packets": 7}]  # began before the watch
+    watch.net = StandInFabric(fat_tree(4))
+    watch.net.failure_losses = lambda: windows
+    assert watch.failure_lost() == 50
+    assert watch.emulator_lost() == 10
+    windows[0]["lost_packets"] = 80  # never below zero
+    assert watch.emulator_lost() == 0

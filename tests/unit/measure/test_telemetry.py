@@ -166,7 +166,8 @@ def test_the_sampler_keeps_queue_series_aligned_and_stops_on_a_failing_read():
     from testbed.measure.telemetry import QueueReaders
 
     readings = iter([{"a->b": 5}, {"a->b": 6, "c->d": 7}, {"c->d": 8}])
-    models = iter([{}, {"c->d": 1}, {"c->d": 2}])
+    # the model is read before and after each backlog reading (not again when it has none)
+    models = iter([{}, {"c->d": 1}, {"c->d": 3}, {"c->d": 2}, {"c->d": 2}])
 
     def backlogs():
         try:
@@ -180,7 +181,8 @@ def test_the_sampler_keeps_queue_series_aligned_and_stops_on_a_failing_read():
     s = sampler.series
     assert len(s.queue_t_s) == 3 and s.queue_error == "OSError: gone"
     assert s.backlog_bytes == {"a->b": [5, 6, 0], "c->d": [0, 7, 8]}
-    assert s.model_bytes == {"c->d": [0, 1, 2]}
+    assert s.model_bytes == {"c->d": [0, 2, 2]}  # the midpoint of the two readings
+    assert s.model_swing_bytes == {"c->d": [0, 1, 0]}  # half their difference
     assert len(s.t_s) > 3  # the rest of the sampling went on
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.model.topology.fattree import fat_tree
-from testbed.plan.bring_up import OFFLOADS_OFF, host_script, ovs_transaction
+from testbed.plan.bring_up import OFFLOADS_OFF, host_script, machine_resolvers, ovs_transaction
 from testbed.plan.port_queue import Impairment, default_buffer_bytes, port_plan
 from testbed.plan.profiles import QueueConfig, StepEcn
 
@@ -76,3 +76,17 @@ def test_ovs_transaction_creates_each_bridge_once_with_numbered_ports():
     assert args.count("qos=@noop") == args.count("add-port")
     assert "tcp:127.0.0.1:6653" in args and "fail_mode=secure" in args
     assert "other-config:datapath-id=0000000100000000" in args
+
+
+def test_the_machines_resolvers_are_unreachable_from_the_hosts():
+    """Hosts read the machine's resolv.conf; a resolver inside 10.0.0.0/8 would otherwise be
+    looked for by ARP on the fabric, where no one answers and the switches drop the request."""
+    conf = ("# generated\nnameserver 10.255.255.53\nnameserver fe80::1\nnameserver bogus\n"
+            "search example\nnameserver 192.0.2.1 # second\n")
+    assert machine_resolvers(conf) == ["10.255.255.53", "192.0.2.1"]
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    host = fabric.hosts[0]
+    script = host_script(fabric, host.name, unreachable_ips=["10.255.255.53", fabric.hosts[1].ip])
+    assert "route add unreachable 10.255.255.53/32" in script
+    assert f"unreachable {fabric.hosts[1].ip}/" not in script  # never a fabric host
+    assert "unreachable" not in host_script(fabric, host.name)

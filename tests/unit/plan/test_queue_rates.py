@@ -24,7 +24,12 @@ from testbed.model.topology.spineleaf import spine_leaf
 from testbed.plan.bring_up import host_script
 from testbed.plan.ecn_plan import ECN_PATH_EBPF, ECN_PATH_RED
 from testbed.plan.pfc import agent_plan, switch_fan_in
-from testbed.plan.port_queue import default_buffer_bytes, port_plan, switch_queue_plan
+from testbed.plan.port_queue import (
+    default_buffer_bytes,
+    htb_burst_bytes,
+    port_plan,
+    switch_queue_plan,
+)
 from testbed.plan.profiles import QueueConfig, StepEcn
 from testbed.plan.scaling import DEFAULT_PFC_REACTION_TIME_S, dctcp_step, pfc_thresholds
 from testbed.plan.settings import EcnSettings, ecn_settings, queue_record
@@ -261,7 +266,7 @@ def test_the_verdict_judges_each_marked_port_by_the_thresholds_of_its_rate():
     for label in labels:
         rate = watch.directions[label].rate_mbit
         assert marker[label]["tolerance_bytes"] == marker_tolerance_bytes(
-            queue.for_rate(rate).ecn, frame), label
+            queue.for_rate(rate).ecn, frame, htb_burst_bytes(rate, MTU)), label
     assert len({marker[label]["tolerance_bytes"] for label in labels}) == 2
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from testbed.capabilities import (
     KERNEL_FEATURES,
+    MININET_MODULE,
     TOOL_COMMANDS,
     Capability,
     Paths,
@@ -95,7 +96,7 @@ def ubuntu_caps() -> dict[str, Capability]:
         loaded_modules={"openvswitch"},
         module_files=UBUNTU_MODULE_FILES,
         congestion_available={"reno", "cubic"},
-        tools={"ovs-vswitchd": True, "mn": True, "tc": True},
+        tools={"ovs-vswitchd": True, MININET_MODULE: True, "tc": True},
     )
 
 
@@ -173,7 +174,7 @@ def test_dev_vm_profile_details_say_why():
     assert caps["rdma_rxe"].detail == "CONFIG_RDMA_RXE not in kernel config"
     assert caps["sch_htb"].detail == "CONFIG_NET_SCH_HTB=y (built in)"
     assert caps["tcp_cubic"].detail == "cubic in tcp_available_congestion_control"
-    assert caps["mininet"].detail == "mn on PATH"
+    assert caps["mininet"].detail == "import mininet.node works"
 
 
 def test_dev_vm_profile_paths():

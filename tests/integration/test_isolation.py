@@ -15,23 +15,19 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.integration.conftest import REPO, assert_clean
+from tests.integration.conftest import assert_clean, kept_up, run_testbed
 
 from testbed.apply.state import Ledger
 from testbed.interactive.session import SessionState
 
-TESTBED = [sys.executable, "-m", "testbed"]
 SCENARIO = "fattree-allreduce"
 HOST = "p0e0h0"
 FABRIC_NET = ipaddress.ip_network("10.0.0.0/8")
 OVSDB_TCP_PORT, SSH_PORT = 6640, 22
 CONNECT_TIMEOUT_S = 0.5
-UP_TIMEOUT_S = 300
-COMMAND_TIMEOUT_S = 120
 LOOPBACK = {"127.0.0.1", "::1"}
 TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
 
@@ -54,23 +50,11 @@ print(json.dumps(out))
 """ % CONNECT_TIMEOUT_S
 
 
-def run_testbed(*args: str, timeout: float = COMMAND_TIMEOUT_S):
-    return subprocess.run([*TESTBED, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def fabric_up(tmp_path_factory):
-    out = run_testbed("up", SCENARIO, "--results", str(tmp_path_factory.mktemp("iso")),
-                      timeout=UP_TIMEOUT_S)
-    assert out.returncode == 0, out.stdout + out.stderr
-    state = SessionState.load()
-    try:
+    with kept_up(SCENARIO, tmp_path_factory.mktemp("isolation")) as (_, state):
         yield state
-    finally:
-        if run_testbed("down").returncode != 0:
-            run_testbed("clean")
-        assert_clean()
+    assert_clean()
 
 
 def in_host(*argv: str) -> subprocess.CompletedProcess:

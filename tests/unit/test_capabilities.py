@@ -371,3 +371,38 @@ def test_the_offload_path_follows_the_datapath_and_the_capability(monkeypatch):
     assert choose_paths({}).ovs_offload == "userspace"
     monkeypatch.setenv("TESTBED_USERSPACE_TSO", "0")  # to measure the path without it
     assert choose_paths(tso).ovs_offload == "userspace"
+
+
+# --- what an ordinary user's doctor finds --------------------------------------------------------
+
+
+def test_an_ordinary_users_path_still_finds_the_sbin_tools(monkeypatch, tmp_path):
+    """A user's PATH lacks the sbin folders where tc, ethtool, bpftool and ovs-vswitchd live:
+    doctor looks there too."""
+    import testbed.capabilities as capabilities
+
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    for command in TOOL_COMMANDS.values():
+        tool = sbin / command
+        tool.write_text("#!/bin/sh\nexit 0\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(capabilities, "SYSTEM_BIN_DIRS", (str(sbin),))
+    caps = detect().capabilities
+    for name, command in TOOL_COMMANDS.items():
+        if command != MININET_MODULE:
+            assert caps[name].available, caps[name]
+    assert capabilities.find_tool("tc") == str(sbin / "tc")
+
+
+def test_mininet_counts_only_when_it_imports(monkeypatch):
+    """Mininet is a Python package: ``mn`` on PATH proves nothing about this Python."""
+    import sys
+
+    assert detect().capabilities["mininet"].available  # the venv sees Debian's Mininet
+    for name in [m for m in sys.modules if m == "mininet" or m.startswith("mininet.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mininet", None)  # as in a venv without it
+    cap = detect().capabilities["mininet"]
+    assert not cap.available and cap.detail == "import mininet.node fails"

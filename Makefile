@@ -15,7 +15,7 @@ help:  ## list the targets
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-install:  ## install packages and the venv (idempotent; root; TESTBED_EXTRAS=torch adds torch)
+install:  ## install packages and the venv (idempotent; root to install, then any user; TESTBED_EXTRAS=torch adds torch)
 	@bash scripts/install.sh
 
 bpf: $(BPF_BUILD)/ecn_marker.o $(BPF_BUILD)/loss.o  ## compile-check the eBPF programs (clang; no root; runs build their own copy in the cache dir)

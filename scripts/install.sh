@@ -7,7 +7,9 @@
 # (requirements.txt and requirements-<extra>.txt, read through the package metadata; environment
 # markers choose the pin where Python versions differ).
 # The Makefile, .ci/run and the Vagrant provisioning all call this one script.
-# A second run installs nothing and takes a few seconds.
+# A second run installs nothing and takes a few seconds. Installing needs root; a user who is
+# not root may run it when everything is installed already (as `make doctor`, `make test-unit`
+# and `make topo` do): it then checks, changes nothing and says so.
 #
 #   sudo bash scripts/install.sh                  # runtime and test dependencies
 #   sudo bash scripts/install.sh --extras torch   # also the torch extra (comma-separated list)
@@ -43,10 +45,12 @@ APT_PACKAGES=(
 
 say() { printf '[install] %s\n' "$*"; }
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install.sh: run as root (sudo make install): it installs distribution packages" >&2
+# Stop unless root, naming what would have to be installed.
+need_root() {
+  [ "$(id -u)" -eq 0 ] && return 0
+  echo "install.sh: run as root (sudo make install): $*" >&2
   exit 1
-fi
+}
 
 # The test extra always; each other extra must have its pins file, requirements-<extra>.txt.
 extras_list=test
@@ -80,6 +84,7 @@ need_bpftool=0
 bpftool_works || need_bpftool=1
 
 if [ ${#missing[@]} -gt 0 ] || [ "$need_bpftool" -eq 1 ]; then
+  need_root "distribution packages to install: ${missing[*]}${missing[*]:+ }$([ "$need_bpftool" -eq 0 ] || echo bpftool)"
   apt-get update -qq
   if [ "$need_bpftool" -eq 1 ]; then
     kernel_tools="linux-tools-$(uname -r)"
@@ -106,7 +111,11 @@ fi
 # tcmalloc for the userspace datapath's ovs-vswitchd (testbed.apply.ovs.allocator_preload):
 # faster forwarding, not needed for correctness, so a machine that cannot get it still
 # installs (runs then say "allocator glibc"). Ubuntu 24.04 names the package ...4t64.
-if ! ldconfig -p 2>/dev/null | grep 'libtcmalloc_minimal\.so\.4 ' >/dev/null; then
+if ldconfig -p 2>/dev/null | grep 'libtcmalloc_minimal\.so\.4 ' >/dev/null; then
+  :
+elif [ "$(id -u)" -ne 0 ]; then
+  say "tcmalloc not installed (optional: run as root to add it)"
+else
   tcmalloc_package=libtcmalloc-minimal4
   apt_has_candidate libtcmalloc-minimal4t64 && tcmalloc_package=libtcmalloc-minimal4t64
   if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -120,17 +129,28 @@ fi
 # --- the venv and the pinned Python dependencies ------------------------------------------------
 
 if [ ! -x "$VENV/bin/python" ]; then
+  need_root "no venv at $VENV yet"
   say "creating venv $VENV from $SYSTEM_PYTHON (with system site-packages, for Mininet)"
   "$SYSTEM_PYTHON" -m venv --system-site-packages "$VENV"
 fi
 python_version=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-# Reinstall only when the pins, the package metadata (setup.py: which folders install as which
-# packages) or the requested extras changed.
+# Reinstall only when the pins or the package metadata (setup.py: which folders install as
+# which packages) changed, or an extra is asked for that
+# the venv lacks; the stamp holds the pins' hash and the extras installed. Extras installed
+# before stay (a plain `make doctor` after TESTBED_EXTRAS=torch reinstalls nothing).
 stamp="$VENV/.testbed-install.sha256"
 want=$( { cat "$ROOT"/requirements*.txt "$ROOT/pyproject.toml" "$ROOT/setup.cfg" "$ROOT/setup.py"
-          echo "extras=$extras_list torch-index=$TORCH_INDEX_URL"; } | sha256sum | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+          echo "torch-index=$TORCH_INDEX_URL"; } | sha256sum | cut -d' ' -f1)
+have= have_extras=
+[ -f "$stamp" ] && read -r have have_extras < "$stamp" || true
+if [ "$have" = "$want" ]; then
+  for extra in ${have_extras//,/ }; do
+    [[ ",$extras_list," == *",$extra,"* ]] || extras_list+=",$extra"
+  done
+fi
+if [ "$have" != "$want" ] || [ "$have_extras" != "$extras_list" ]; then
+  need_root "the venv's pins, package metadata or extras changed"
   say "installing the pins for Python $python_version with extras [$extras_list]"
   pip=("$VENV/bin/pip" install -q --disable-pip-version-check)
   if [[ ",$extras_list," == *,torch,* ]] && [ -n "$TORCH_INDEX_URL" ]; then
@@ -138,7 +158,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "${pip[@]}" --no-deps --index-url "$TORCH_INDEX_URL" -r "$ROOT/requirements-torch.txt"
   fi
   "${pip[@]}" -e "$ROOT[$extras_list]"
-  echo "$want" > "$stamp"
+  echo "$want $extras_list" > "$stamp"
 else
   say "venv up to date (Python $python_version, extras [$extras_list])"
 fi

@@ -16,10 +16,12 @@
 
 Exit status: 0 the run completed, every judged check passed and the emulator kept up; 1 a
 check failed or the emulator did not keep up (``--accept-failed`` / ``--accept-untrusted``
-accept that); 2 bad input (every problem printed, one per line, naming its field); 3 the run
-failed; 130 interrupted (everything the run created has been removed). ``testbed exec``
-exits with its command's status; ``testbed cli`` with 1 when a command failed; ``testbed
-status`` with 1 when no fabric is up.
+accept that); 2 bad input, or a command that cannot start here (not root, Mininet missing):
+every problem printed, one per line, naming its field, and nothing made; 3 the run failed; 4
+an internal error (a bug: one line naming it, its traceback with ``--debug``); 130
+interrupted (everything the run created has been removed). ``testbed report RUN_DIR`` exits
+as the run did (0 or 1). ``testbed exec`` exits with its command's status; ``testbed cli``
+with 1 when a command failed; ``testbed status`` with 1 when no fabric is up.
 """
 from __future__ import annotations
 
@@ -27,10 +29,12 @@ import argparse
 import json
 import sys
 import typing
+from pathlib import Path
 
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import ConfigError, TestbedError, UsageError
 
 EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_INTERNAL = 4  # a bug in the testbed, never a verdict, bad input or a failed run
 DEFAULT_SCENARIO = "fattree-allreduce"
 # Flags of ``testbed run`` kept from its first version: flag -> scenario field.
 RUN_FLAGS = {"rate_mbit": "link_rate_mbit", "mtu": "mtu_bytes", "routing": "routing",
@@ -39,19 +43,23 @@ RUN_FLAGS = {"rate_mbit": "link_rate_mbit", "mtu": "mtu_bytes", "routing": "rout
              "warmup": "params.warmup", "channels": "params.channels"}
 
 
-def parse_params(items: list[str]) -> dict:
-    """``k=4 rate=10`` -> {"k": 4, "rate": 10}; values are YAML scalars."""
-    import yaml
+def parse_params(items: list[str], flag: str = "") -> dict:
+    """``k=4 rate=10`` -> {"k": 4, "rate": 10}; values are YAML (testbed.harness.yaml_input:
+    ``1e9`` a number, ``yes`` a string, within its bounds). An error names ``flag`` (the
+    option the items came from), if given, and the item."""
+    from testbed.errors import short, shown
+    from testbed.harness.yaml_input import YamlInputError, load_text
 
     params = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(item, "expected key=value")
+            raise ConfigError(f"{flag} {shown(item)}".strip(), "expected key=value")
         try:
-            params[key] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ConfigError(key, f"cannot parse value {value!r}") from None
+            params[key] = load_text(value)
+        except YamlInputError as exc:
+            raise ConfigError(f"{flag} {shown(key)}".strip(), f"cannot parse value "
+                              f"{short(value)}: {exc.problem}") from None
     return params
 
 
@@ -60,9 +68,28 @@ def run_overrides(args) -> dict:
     overrides = {field: getattr(args, flag) for flag, field in RUN_FLAGS.items()
                  if getattr(args, flag, None) is not None}
     if args.topology or args.param:
-        overrides["topology"] = {"name": args.topology or "fattree", **parse_params(args.param)}
-    overrides.update(parse_params(args.set))
+        overrides["topology"] = {"name": args.topology or "fattree",
+                                 **parse_params(args.param, "--param")}
+    overrides.update(parse_params(args.set, "--set"))
     return overrides
+
+
+def run_origins(args) -> dict[str, str]:
+    """Dotted scenario field -> the flag of ``testbed run`` or ``up`` that set it: a problem
+    in it names the flag, not a line of the scenario file."""
+    origins = {field: "--" + flag.replace("_", "-") for flag, field in RUN_FLAGS.items()
+               if getattr(args, flag, None) is not None}
+    if args.topology or args.param:
+        origins["topology"] = "--topology" if args.topology else "--param"
+    if args.topology:
+        origins["topology.name"] = "--topology"
+    from testbed.errors import shown
+
+    for flag, prefix, items in (("--param", "topology.", args.param), ("--set", "", args.set)):
+        for item in items:
+            key = item.partition("=")[0]
+            origins[prefix + key] = f"{flag} {shown(key)}"
+    return origins
 
 
 def execute(resolved, args) -> int:
@@ -79,7 +106,7 @@ def execute(resolved, args) -> int:
 def cmd_run(args) -> int:
     from testbed.harness.scenario import load
 
-    resolved = load(args.scenario or DEFAULT_SCENARIO, run_overrides(args))
+    resolved = load(args.scenario or DEFAULT_SCENARIO, run_overrides(args), run_origins(args))
     return execute(resolved, args)
 
 
@@ -89,40 +116,71 @@ def cmd_experiment(args) -> int:
 
     data: dict = {"name": args.name or args.experiment, "experiment": args.experiment,
                   "params": {}}
+    origins = {"name": "--name"} if args.name else {}
     for field in args.param_fields:
         value = getattr(args, field)
         if value is not None:
             data["params"][field] = value
+            origins[f"params.{field}"] = "--" + field.replace("_", "-")
     for flag, field in (("rate_mbit", "link_rate_mbit"), ("mtu", "mtu_bytes"),
                         ("results", "results_dir"), ("seed", "seed")):
         if getattr(args, flag) is not None:
             data[field] = getattr(args, flag)
-    return execute(validate(data, f"testbed {args.experiment}"), args)
+            origins[field] = "--" + flag.replace("_", "-")
+    return execute(validate(data, f"testbed {args.experiment}", origins=origins), args)
 
 
 def cmd_report(args) -> int:
-    from pathlib import Path
-
     from testbed.harness.console import print_rows, print_summary
-    from testbed.harness.report import compare, load_summary
+    from testbed.harness.report import compare, load_summary, summary_exit_status
 
     if len(args.run_dirs) == 1:
-        print_summary(load_summary(Path(args.run_dirs[0])))
-        return 0
+        summary = load_summary(Path(args.run_dirs[0]))
+        print_summary(summary)
+        return summary_exit_status(summary)
     print_rows(compare([Path(d) for d in args.run_dirs]))
     return 0
 
 
 def cmd_schema(args) -> int:
-    from testbed.harness.scenario import SCHEMA_PATH, json_schema
+    from testbed.harness.scenario import json_schema
 
     text = json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
-    if args.write:
-        SCHEMA_PATH.write_text(text)
-        print(f"wrote {SCHEMA_PATH}")
-    else:
+    if args.write is None:
         sys.stdout.write(text)
+        return 0
+    target = Path(args.write) if args.write else checkout_schema_path()
+    if target is None:
+        raise ConfigError("--write", "this testbed is installed, not a checkout: name a file "
+                          "(--write PATH) or redirect the printed schema")
+    write_output("--write", target, text)
+    print(f"wrote {target}")
     return 0
+
+
+def checkout_schema_path() -> Path | None:
+    """The schema file of the checkout this testbed runs from, None when it is installed."""
+    from testbed.harness.provenance import SOURCE_ROOT
+    from testbed.harness.scenario import SCHEMA_PATH
+
+    return SCHEMA_PATH if (SOURCE_ROOT / ".git").exists() else None
+
+
+def output_folder(flag: str, path: Path) -> None:
+    """Refuse an output path whose folder does not exist (one line naming ``flag``): the
+    testbed creates no folders but its own."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(flag, f"no folder {str(folder)!r} for {str(path)!r}: create it first")
+
+
+def write_output(flag: str, path: Path, text: str) -> None:
+    """``text`` into ``path`` in an existing folder, or one line naming ``flag``."""
+    output_folder(flag, path)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise ConfigError(flag, f"cannot write {str(path)!r}: {exc.strerror}") from None
 
 
 def cmd_topo(args) -> int:
@@ -133,13 +191,21 @@ def cmd_topo(args) -> int:
     if args.draw is not None and "=" in args.draw:
         raise ConfigError("--draw", f"expected a PNG or SVG path, got {args.draw!r}; put --draw "
                           "after the parameters")
+    drawing = Path(args.draw or f"results/topo-{args.name}.png")
+    if args.draw:
+        output_folder("--draw", drawing)
     fabric = build(args.name, **parse_params(args.param))
     info = describe(fabric)
     print(json.dumps(info, indent=1) if args.json else table_text(description_rows(info)))
     if args.draw is not None:
         from testbed.model.topology.describe import draw
 
-        path = draw(fabric, args.draw or f"results/topo-{args.name}.png")
+        if not args.draw:
+            drawing.parent.mkdir(exist_ok=True)  # the results folder
+        try:
+            path = draw(fabric, drawing)
+        except OSError as exc:
+            raise ConfigError("--draw", f"cannot write {str(drawing)!r}: {exc.strerror}") from None
         print(f"drawing: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
@@ -194,20 +260,17 @@ def clean_machine() -> None:
 
 def cmd_up(args) -> int:
     """Bring a scenario's fabric up in a holder process and return once it is ready."""
-    from pathlib import Path
-
     from testbed.api import choose_setup
-    from testbed.apply.network import check_root
     from testbed.apply.state import RunLock
     from testbed.interactive import session
-    from testbed.harness.run import new_run_id
+    from testbed.harness.run import check_can_build, new_run_id
     from testbed.harness.scenario import load
 
     source = args.scenario or DEFAULT_SCENARIO
     overrides = run_overrides(args)
-    resolved = load(source, overrides)
+    resolved = load(source, overrides, run_origins(args))
     setup = choose_setup(resolved, args.setup)
-    check_root()
+    check_can_build()
     with RunLock("up"):
         pass  # refused here, before anything is made, when the machine is busy
     run_id = new_run_id(resolved.scenario.name)
@@ -365,9 +428,24 @@ def add_outcome_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
 
 
+BOOLEAN_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def strict_bool(text: str) -> bool:
+    """A boolean flag's value: true or false (also yes/no, 1/0, in any case); anything else,
+    a typo such as ``ture`` included, is refused rather than taken as false."""
+    value = BOOLEAN_WORDS.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
 def comma_list(text: str) -> list:
     """``1,3,7`` -> [1, 3, 7]: each item a YAML scalar."""
-    return [parse_params([f"v={item}"])["v"] for item in text.split(",") if item]
+    try:
+        return [parse_params([f"v={item}"])["v"] for item in text.split(",") if item]
+    except ConfigError as exc:  # argparse names the flag
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 class Flatten(argparse.Action):
@@ -393,8 +471,8 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
         parser.add_argument(*flags, dest=name, type=comma_list, nargs="+", action=Flatten,
                             metavar="A,B,...", help=help_text)
     elif base is bool:
-        parser.add_argument(*flags, dest=name, type=lambda s: s.lower() in ("1", "true", "yes"),
-                            metavar="true|false", help=help_text)
+        parser.add_argument(*flags, dest=name, type=strict_bool, metavar="true|false",
+                            help=help_text)
     elif typing.get_origin(base) is typing.Literal:  # e.g. Literal[1024, 2048, 4096]
         choices = typing.get_args(base)
         parser.add_argument(*flags, dest=name, type=type(choices[0]), choices=choices,
@@ -483,8 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed",
                        epilog="exit status: 0 passed, 1 a check failed or the emulator did not "
-                              "keep up, 2 bad input, 3 the run failed, 130 interrupted")
+                              "keep up, 2 bad input (nothing made), 3 the run failed, 4 an "
+                              "internal error, 130 interrupted")
     ap.add_argument("--version", action="version", version=version_line())
+    ap.add_argument("--debug", action="store_true",
+                    help="show the traceback of an internal error (exit status 4)")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineErrors)
 
     run = sub.add_parser("run", help="run a scenario (a YAML file, or a bundled scenario's name)")
@@ -506,8 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     schema = sub.add_parser("schema", help="print the scenario JSON schema (for editors)")
-    schema.add_argument("--write", action="store_true",
-                        help="write it to testbed/scenarios/schema.json")
+    schema.add_argument("--write", nargs="?", const="", metavar="PATH",
+                        help="write it to PATH (in a checkout, by default, to "
+                             "testbed/scenarios/schema.json)")
     schema.set_defaults(func=cmd_schema)
 
     topo = sub.add_parser("topo", help="describe a topology without building it")
@@ -558,14 +640,11 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
-        lines = str(exc).splitlines()
-        print(f"testbed: error: {lines[0]}", file=sys.stderr)
-        for line in lines[1:]:
-            print(f"testbed: error: {line.strip()}", file=sys.stderr)
+    except UsageError as exc:  # bad input, or not root or no Mininet: nothing was made
+        print_error(str(exc))
         return EXIT_USAGE
     except TestbedError as exc:
-        print(f"testbed: error: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         print("testbed: interrupted; everything the run created has been removed", file=sys.stderr)
@@ -575,6 +654,29 @@ def main(argv=None) -> int:
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except Exception as exc:  # a bug: named, with an exit status of its own
+        return internal_error(exc, args.debug)
+
+
+def print_error(message: str) -> None:
+    """A user's error: each line of ``message`` as one ``testbed: error:`` line (split at
+    newlines only: the user's text in it is quoted already)."""
+    for line in message.rstrip("\n").split("\n"):
+        print(f"testbed: error: {line.strip()}", file=sys.stderr)
+
+
+def internal_error(exc: Exception, debug: bool) -> int:
+    """A bug in the testbed: EXIT_INTERNAL and one line naming the exception, or with
+    ``--debug`` its whole traceback first; never mistaken for bad input or a failed run."""
+    import traceback
+
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    text = " ".join(str(exc).split())
+    print_error(f"internal error: {type(exc).__name__}{': ' + text if text else ''} (a bug in "
+                f"the testbed; {'' if debug else 'rerun with --debug for its traceback and '}"
+                "please report it)")
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

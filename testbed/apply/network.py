@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -54,7 +55,7 @@ from testbed.apply.state import (
     processes_in_netns,
 )
 from testbed.capabilities import ECN_PATH_RED
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, UsageError
 from testbed.measure import counters
 from testbed.model.topology.base import Fabric, Link
 from testbed.plan.loss_plan import Cut, Loss
@@ -185,6 +186,12 @@ def host_script(fabric: Fabric, host: str, sysctls: dict[str, str] | None = None
           if rx_cpus_mask else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def setup_command(script: Path) -> str:
+    """The line a host's shell runs for its set-up ``script``: the path quoted, so that no
+    character of a results folder's name is read by the shell."""
+    return f"sh {shlex.quote(str(script))}; echo rc=$?"
 
 
 def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int,
@@ -471,7 +478,7 @@ class FabricNetwork:
                 path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
                                             self.impairments, self.offloads_on,
                                             self.cpu_layout.host_cpus_mask))
-                host.sendCmd(f"sh {path}; echo rc=$?")
+                host.sendCmd(setup_command(path))
             for name, host in self.hosts.items():
                 out = host.waitOutput()
                 if "rc=0" not in out:
@@ -797,5 +804,6 @@ def set_interfaces(intfs: list[str], up: bool) -> None:
 
 
 def check_root() -> None:
+    """Refuse a user who is not root, before anything is made (exit status 2)."""
     if os.geteuid() != 0:
-        raise TestbedError("this needs root (network namespaces, OVS): run it with sudo")
+        raise UsageError("this needs root (network namespaces, OVS): run it with sudo")

@@ -37,7 +37,7 @@ from testbed.apply.network import FabricNetwork
 from testbed.harness.experiment import Setup
 from testbed.harness.fabric_checks import anycast_reachable
 from testbed.drive.flows import start_iperf_server
-from testbed.harness.run import machine, new_run_id
+from testbed.harness.run import check_can_build, machine, new_run_id
 from testbed.model.topology import build
 
 IPERF_SECONDS = 5
@@ -305,6 +305,7 @@ def roce_engine(log) -> dict:
 
 def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
               ceilings: bool = True, lines_only: bool = False) -> dict:
+    check_can_build()  # before the output folder is made
     from mininet.log import setLogLevel
 
     from testbed.capabilities import detect, fabric_datapath

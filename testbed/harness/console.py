@@ -1,13 +1,15 @@
 """What the testbed prints as tables, all through rich: a run's summary rows, every check as
 PASS or FAIL with measured against expected, and whether the emulator kept up (plain text
 when not a terminal); and ``table_text``, the one plain aligned table (``testbed topo``,
-``testbed doctor``)."""
+``testbed doctor``). Text from a summary is printed as text: square brackets in it are not
+rich markup."""
 from __future__ import annotations
 
 from io import StringIO
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.harness.report import checks_table, headline
@@ -50,20 +52,21 @@ def table_text(rows, header=None) -> str:
 
 def print_rows(rows: list[list[str]], title: str | None = None) -> None:
     """A table whose first row is the header."""
-    table = Table(*rows[0], title=title, title_justify="left", show_lines=False)
+    table = Table(*map(escape, rows[0]), title=title, title_justify="left", show_lines=False)
     for row in rows[1:]:
-        table.add_row(*row)
+        table.add_row(*map(escape, row))
     console().print(table)
 
 
 def print_summary(summary: dict) -> None:
     out = console()
     out.print()
-    out.print(f"[bold]{summary['run_id']}[/bold]: {summary.get('headline', summary['title'])}")
+    out.print(f"[bold]{escape(summary['run_id'])}[/bold]: "
+              f"{escape(summary.get('headline') or summary['title'])}")
     if summary.get("rows"):
         table = Table(show_header=False, box=None, padding=(0, 2))
         for what, value in summary["rows"]:
-            table.add_row(what, value)
+            table.add_row(escape(what), escape(value))
         out.print(table)
     verdict = summary.get("verdict") or {}
     for title, key in (("Checks", "checks"), ("Did the emulator keep up?", "trust")):
@@ -73,14 +76,15 @@ def print_summary(summary: dict) -> None:
         table = Table(*rows[0][:-1], title=title, title_justify="left")
         for row in rows[1:]:
             style = STYLES.get(row[0], "")
-            table.add_row(f"[{style}]{row[0]}[/{style}]" if style else row[0], *row[1:-1])
+            cells = [escape(cell) for cell in row[:-1]]
+            table.add_row(f"[{style}]{cells[0]}[/{style}]" if style else cells[0], *cells[1:])
         out.print(table)
     for statement in verdict.get("statements", []):
-        out.print(f"  - {statement}")
+        out.print(f"  - {escape(statement)}")
     if not verdict.get("emulator_trusted"):
         for reason in verdict.get("reasons", []):
-            out.print(f"  [red]not trusted:[/red] {reason}")
+            out.print(f"  [red]not trusted:[/red] {escape(reason)}")
     if summary.get("error"):
-        out.print(f"[red]stopped:[/red] {summary['error']}")
-    out.print(f"[bold]{headline(summary)}[/bold]")
-    out.print(f"results: {summary['results_dir']} (report.html, report.md, summary.json)")
+        out.print(f"[red]stopped:[/red] {escape(summary['error'])}")
+    out.print(f"[bold]{escape(headline(summary))}[/bold]")
+    out.print(f"results: {escape(summary['results_dir'])} (report.html, report.md, summary.json)")

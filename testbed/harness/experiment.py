@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import ConfigError, TestbedError, short
 from testbed.model.topology.base import Fabric
 from testbed.model.verdict import Check
 
@@ -44,9 +44,9 @@ COMMON_SECTIONS = frozenset({TOPOLOGY, ROUTING, QUEUE, HOSTS, ANYCAST})
 
 class Params(BaseModel):
     """Base of every experiment's parameters: unknown keys are errors, values are taken as
-    written (no bool for a number)."""
+    written (no bool for a number, no NaN or infinity)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def distinct(values: list, what: str = "a value", keys: list | None = None) -> list:
@@ -250,7 +250,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[Problem]]:
     classes = experiment_classes()
     cls = classes.get(scenario.experiment)
     if cls is None:
-        return None, [Problem(("experiment",), f"unknown experiment {scenario.experiment!r}; "
+        return None, [Problem(("experiment",), f"unknown experiment {short(scenario.experiment)}; "
                               f"known: {', '.join(sorted(classes))}")]
     problems: list[Problem] = []
     try:

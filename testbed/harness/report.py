@@ -1,15 +1,29 @@
 """A run's report for people: report.md (plots beside it) and report.html (self-contained, the
 plots inline), both made from summary.json alone: what ran, every check as PASS or FAIL with
 measured against expected, whether the emulator kept up and why, the summary rows and the
-plots. ``compare`` puts several runs side by side (``testbed report RUN_DIR...``)."""
+plots. ``compare`` puts several runs side by side (``testbed report RUN_DIR...``).
+
+``load_summary`` reads a summary.json someone hands the testbed: anything that is not a
+summary of the schema version it reads, or lacks what a report shows, is one ConfigError
+naming the file and the problem."""
 from __future__ import annotations
 
 import base64
 import html
 import json
 from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from testbed.errors import ConfigError, short, shown
 from testbed.model.verdict import FAIL, PASS, Verdict
+
+SCHEMA_VERSION = 1  # of summary.json; raised when a key changes meaning or goes away
+SUMMARY_FILE = "summary.json"
+MAX_SUMMARY_BYTES = 64 * 1024 * 1024  # a summary is tens of KB; its samples a few MB at most
+COMPLETE = "complete"  # a run's status once every setup was measured (testbed.harness.run)
+PATH_CHARS = 240  # of a path in a message
 
 
 def _cell(value) -> str:
@@ -131,13 +145,132 @@ def write_report(summary: dict, workdir: Path) -> list[Path]:
     return [md, page]
 
 
-def load_summary(run_dir: Path) -> dict:
-    path = Path(run_dir) / "summary.json"
+def run_exit_status(status: str, verdict: Verdict, accept_failed: bool = False,
+                    accept_untrusted: bool = False) -> int:
+    """0: the run completed, every judged check passed and the emulator kept up; 1 otherwise
+    (a failed check or an untrusted emulator unless accepted)."""
+    if status != COMPLETE:
+        return 1
+    if verdict.failed and not accept_failed:
+        return 1
+    if not verdict.emulator_trusted and not accept_untrusted:
+        return 1
+    return 0
+
+
+def summary_exit_status(summary: dict) -> int:
+    """The exit status the run of a loaded summary had (``run_exit_status``)."""
+    return run_exit_status(summary["status"], Verdict.from_dict(summary.get("verdict") or {}))
+
+
+class CheckRecord(BaseModel):
+    """A check as summary.json holds it (testbed.model.verdict.Check.to_dict)."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    outcome: str
+    measured: Any = None
+    expected: Any = None
+    tolerance: Any = None
+    unit: str | None = ""
+    passed: bool | None = None
+    statement: str | None = ""
+    setup: str | None = None
+
+
+class VerdictRecord(BaseModel):
+    """A verdict as summary.json holds it (testbed.model.verdict.Verdict.to_dict)."""
+
+    model_config = ConfigDict(extra="allow")
+    checks: list[CheckRecord] = []
+    trust: list[CheckRecord] = []
+    statements: list[str] = []
+    reasons: list[str] = []
+    emulator_trusted: bool | None = None
+    counts: dict[str, int] = {}
+
+
+class SummaryRecord(BaseModel):
+    """What a report of summary.json reads from it; the rest is carried as it is."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str
+    status: str
+    experiment: str
+    title: str = ""
+    headline: str = ""
+    error: str | None = None
+    results_dir: str = ""
+    rows: list[tuple[str, str]] = []
+    verdict: VerdictRecord | None = None
+    link_rate_mbit: float | None = None
+
+
+def named(path: Path) -> str:
+    """A path as a message names it: as it is, or quoted when it would not print as one line."""
+    return shown(str(path), PATH_CHARS)
+
+
+def summary_path(run_dir: Path) -> Path:
+    """The summary.json of a run folder, or the file itself when given."""
+    run_dir = Path(run_dir)
+    if run_dir.name == SUMMARY_FILE and run_dir.is_file():
+        return run_dir
+    if not run_dir.exists():
+        raise ConfigError(named(run_dir), "no such run folder")
+    if not run_dir.is_dir():
+        raise ConfigError(named(run_dir), f"not a run folder (give the folder that holds "
+                          f"{SUMMARY_FILE}, or that file)")
+    if not (run_dir / SUMMARY_FILE).is_file():
+        raise ConfigError(named(run_dir), f"not a run folder (no {SUMMARY_FILE})")
+    return run_dir / SUMMARY_FILE
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's value, or one ConfigError naming the file and what is wrong with it."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        from testbed.errors import ConfigError
-        raise ConfigError(str(run_dir), "not a run folder (no summary.json)") from None
+        size = path.stat().st_size
+        if size > MAX_SUMMARY_BYTES:
+            raise ConfigError(named(path), f"{size} bytes; a summary is at most "
+                              f"{MAX_SUMMARY_BYTES}")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(named(path), f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(named(path), "not valid JSON: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(named(path), f"not valid JSON (truncated or damaged?): {exc.msg} at "
+                          f"line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ConfigError(named(path), "not valid JSON for a summary: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise ConfigError(named(path), f"not valid JSON: {' '.join(str(exc).split())}") from None
+
+
+def load_summary(run_dir: Path) -> dict:
+    """A run's summary.json (``run_dir`` its folder, or the file), checked to be a summary of
+    SCHEMA_VERSION with what a report shows, every field of it filled."""
+    path = summary_path(run_dir)
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ConfigError(named(path), "not a run summary (a JSON object)")
+    version = data.get("schema_version")
+    if version is None:
+        raise ConfigError(named(path), "no schema_version: not a summary this testbed wrote")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        provenance = data.get("provenance")
+        wrote = provenance.get("testbed_version") if isinstance(provenance, dict) else None
+        raise ConfigError(named(path), f"schema_version {short(version)}: this testbed reads "
+                          f"version {SCHEMA_VERSION}; report it with the testbed that wrote it"
+                          + (f" ({short(wrote)})" if wrote else ""))
+    try:
+        record = SummaryRecord.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) if isinstance(p, int) else shown(p) for p in first["loc"])
+        raise ConfigError(named(path), f"not a run summary: {where}: {first['msg']}, got "
+                          f"{short(first['input'])}") from None
+    return {**data, **record.model_dump()}
 
 
 def compare(run_dirs: list[Path]) -> list[list[str]]:

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from testbed.apply.network import check_root
 from testbed.apply.state import Ledger, RunLock, clean
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import ConfigError, TestbedError, UsageError
+from testbed.harness.report import COMPLETE, SCHEMA_VERSION, run_exit_status
 from testbed.model.verdict import Verdict
 
 
@@ -58,10 +59,24 @@ def shielded():
         signal.signal(signal.SIGINT, old)
 
 
+def check_can_build() -> None:
+    """Refuse, in one line and before the lock is taken or anything is made, a fabric this
+    process cannot build: it is not root, or it cannot import Mininet (a wheel installed
+    into a venv without the distribution's Mininet)."""
+    from testbed.capabilities import MININET_MODULE, import_problem
+
+    check_root()
+    problem = import_problem(MININET_MODULE)
+    if problem is not None:
+        raise UsageError(f"Mininet is missing ({problem}): install the distribution's mininet "
+                         "package and use a venv made with --system-site-packages "
+                         "(scripts/install.sh does both)")
+
+
 @contextmanager
 def machine(run_id: str, log=print):
     """Hold the run lock, sweep what an earlier killed run left, and always sweep on exit."""
-    check_root()
+    check_can_build()
     with RunLock(run_id):
         stale = Ledger.load()
         if stale is not None:
@@ -78,8 +93,7 @@ def machine(run_id: str, log=print):
 
 # --- one scenario, end to end --------------------------------------------------------------------
 
-SCHEMA_VERSION = 1  # of summary.json; raised when a key changes meaning or goes away
-RUNNING, COMPLETE, FAILED, INTERRUPTED = "running", "complete", "failed", "interrupted"
+RUNNING, FAILED, INTERRUPTED = "running", "failed", "interrupted"
 
 
 @dataclass
@@ -97,13 +111,7 @@ class Outcome:
     def exit_status(self, accept_failed: bool = False, accept_untrusted: bool = False) -> int:
         """0: complete, every judged check passed and the emulator kept up; 1 otherwise
         (unless accepted)."""
-        if self.status != COMPLETE:
-            return 1
-        if self.verdict.failed and not accept_failed:
-            return 1
-        if not self.verdict.emulator_trusted and not accept_untrusted:
-            return 1
-        return 0
+        return run_exit_status(self.status, self.verdict, accept_failed, accept_untrusted)
 
 
 def setup_folder(workdir: Path, setups: list, setup) -> Path:
@@ -118,6 +126,7 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
     status and error) and a report of what it measured, then re-raises."""
     from testbed.harness.progress import Progress
 
+    check_can_build()
     scenario, experiment = resolved.scenario, resolved.experiment
     progress = progress or Progress(log)
     run_id = new_run_id(scenario.name)

@@ -18,9 +18,9 @@ against the topology, names of links and hosts, kernel features an impairment ne
 """
 from __future__ import annotations
 
-import inspect
 import ipaddress
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -38,22 +38,30 @@ from pydantic import (
     model_validator,
 )
 
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, short, shown
+from testbed.harness.yaml_input import MAX_BYTES, YamlInputError, compose, construct
+from testbed.model.topology.checks import MAX_MTU_BYTES, MIN_MTU_BYTES
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
+NAME_RULE = ("must be ASCII letters, digits and _ . + - (no spaces), starting with a letter or "
+             "digit, at most 64 characters")
+# A node a scenario refers to (failures, impairments, anycast replicas): what every family
+# and an explicit topology name their nodes, so no other text reaches a host's shell.
+NODE_NAME_PATTERN = r"^[a-z][a-z0-9]{0,31}$"
 FAILURE_ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "controller_restart")
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "scenarios" / "schema.json"
 SCENARIO_DIR = SCHEMA_PATH.parent
 
 
-Pair = Annotated[list[str], Field(min_length=2, max_length=2)]  # [a, b]: two node names
+NodeName = Annotated[str, Field(pattern=NODE_NAME_PATTERN)]
+Pair = Annotated[list[NodeName], Field(min_length=2, max_length=2)]  # [a, b]: two node names
 
 
 class Strict(BaseModel):
     """Unknown keys are errors, and values are taken as written: no bool where a number is
-    meant, no "4" for 4."""
+    meant, no "4" for 4, no NaN or infinity."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class NodeSpec(Strict):
@@ -146,7 +154,7 @@ class AnycastSpec(Strict):
     """A service address answered by the nearest live replica host."""
 
     service_ip: str
-    replicas: list[str] = Field(min_length=1)
+    replicas: list[NodeName] = Field(min_length=1)
 
     @field_validator("service_ip")
     @classmethod
@@ -161,7 +169,7 @@ class FailureSpec(Strict):
     at_s: float = Field(ge=0, le=86_400)
     action: Literal["link_down", "link_up", "switch_down", "switch_up", "controller_restart"]
     link: Pair | None = None
-    switch: str | None = None
+    switch: NodeName | None = None
 
     @model_validator(mode="after")
     def _target(self):
@@ -203,7 +211,7 @@ class Scenario(Strict):
     experiment: str = "allreduce"
     topology: TopologySpec | None = None
     link_rate_mbit: float | None = Field(None, gt=0, le=10_000)
-    mtu_bytes: int | None = Field(None, ge=576, le=9000)
+    mtu_bytes: int | None = Field(None, ge=MIN_MTU_BYTES, le=MAX_MTU_BYTES)
     routing: str = "ecmp"
     queue: QueueSpec | None = None
     hosts: HostsSpec = HostsSpec()
@@ -213,6 +221,14 @@ class Scenario(Strict):
     params: dict[str, Any] = {}
     seed: int = Field(1, ge=0, le=2**31 - 1)
     results_dir: str = "results"
+
+    @field_validator("results_dir")
+    @classmethod
+    def _printable_path(cls, value: str) -> str:
+        if not value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError("must be a folder path without control characters (newlines, "
+                             f"tabs), got {short(value)}")
+        return value
 
 
 # --- problems ------------------------------------------------------------------------------------
@@ -225,26 +241,36 @@ class Problem:
     path: tuple
     message: str
     line: int | None = None
+    origin: str | None = None  # the command-line flag that set the field, if one did
 
     @property
     def field(self) -> str:
-        return ".".join(str(p) for p in self.path) or "scenario"
+        """The dotted path; a key that would not print as one short line is quoted."""
+        return ".".join(str(p) if isinstance(p, int) else shown(str(p))
+                        for p in self.path) or "scenario"
 
     def __str__(self) -> str:
+        if self.origin:  # the flag, then the field it set: ``--rate-mbit: link_rate_mbit: ...``
+            named = self.origin if self.origin.endswith(self.field) else \
+                f"{self.origin}: {self.field}"
+            return f"{named}: {self.message}"
         where = f"line {self.line}: " if self.line else ""
         return f"{where}{self.field + ': ' if self.path else ''}{self.message}"
 
 
 class ScenarioError(ConfigError):
-    """Every problem of a scenario, one per line."""
+    """Every problem of a scenario: one line when there is one, else a line saying how many
+    and one line per problem."""
 
     def __init__(self, source: str, problems: list[Problem]):
         self.problems = problems
-        self.source = source
+        self.source = source = shown(source, 240)
         head = f"{source}: {len(problems)} problem{'s' if len(problems) != 1 else ''}"
         super().__init__(problems[0].field if len(problems) == 1 else source,
                          str(problems[0].message) if len(problems) == 1 else head)
-        self.args = ("\n".join([head, *(f"  {p}" for p in problems)]),)
+        lines = ([f"{source}: {problems[0]}"] if len(problems) == 1
+                 else [head, *(f"  {p}" for p in problems)])
+        self.args = ("\n".join(lines),)
 
     def __str__(self) -> str:
         return self.args[0]
@@ -261,12 +287,12 @@ def pydantic_problems(err: ValidationError, prefix: tuple = ()) -> list[Problem]
         if e["type"] == "extra_forbidden":
             message = "unknown field"
         elif e["type"] == "string_pattern_mismatch" and loc == ("name",):
-            message = "must be letters, digits and _ . + - (no spaces), at most 64 characters"
+            message = f"{NAME_RULE}, got {short(e['input'])}"
         elif e["type"] == "missing":
             message = "is required"
         elif "input" in e and e["type"] not in ("model_type",) and not isinstance(
                 e["input"], (dict, list)):
-            message += f", got {e['input']!r}"
+            message += f", got {short(e['input'])}"
         problems.append(Problem(prefix + loc, message))
     return dedupe(problems)
 
@@ -285,36 +311,19 @@ def dedupe(problems: list[Problem]) -> list[Problem]:
     return list(by_path.values())
 
 
-def builder_parameters(builder, given: dict) -> list[str]:
-    """The parameters a topology builder takes, beside the rate and MTU the scenario sets;
-    a builder over a ``base`` family (nvswitch) takes that family's parameters too."""
-    from testbed.model.topology import BUILDERS
-
-    names, extended = [], False
-    for name, parameter in inspect.signature(builder).parameters.items():
-        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            extended = True
-        elif name not in ("host_rate_mbit", "mtu_bytes"):
-            names.append(name)
-    if extended:
-        base = given.get("base", inspect.signature(builder).parameters["base"].default)
-        if base in BUILDERS:
-            names += [n for n in builder_parameters(BUILDERS[base], {}) if n not in names]
-    return names
-
-
 def topology_problems(spec) -> list[Problem]:
     """Unknown families and parameters by name, with the valid ones; then the builder's own
-    checks (testbed.model.topology)."""
-    from testbed.model.topology import BUILDERS
+    checks (testbed.model.topology.build)."""
+    from testbed.model.topology import BUILDERS, build, parameters
 
     if spec.family == "explicit":
         return []
     builder = BUILDERS.get(spec.name)
     if builder is None:
-        return [Problem(("topology", "name"), f"unknown family {spec.name!r}; known: "
+        return [Problem(("topology", "name"), f"unknown family {short(spec.name)}; known: "
                         f"{', '.join(sorted(BUILDERS))}")]
-    valid = builder_parameters(builder, spec.params)
+    valid = [name for name in parameters(builder, spec.params)
+             if name not in ("host_rate_mbit", "mtu_bytes")]
     problems = []
     for key in spec.params:
         if key in ("host_rate_mbit", "mtu_bytes"):
@@ -326,7 +335,7 @@ def topology_problems(spec) -> list[Problem]:
                                     f"{', '.join(valid)}"))
     if not problems:  # the builder's own checks of the values
         try:
-            builder(**spec.params)
+            build(spec.name, **spec.params)
         except ConfigError as err:
             field = err.field.removeprefix("topology.")
             problems.append(Problem(("topology", *field.split(".")), err.problem))
@@ -336,9 +345,9 @@ def topology_problems(spec) -> list[Problem]:
 # --- reading files -------------------------------------------------------------------------------
 
 
-def yaml_lines(text: str) -> dict[tuple, int]:
+def yaml_lines(root: yaml.Node | None) -> dict[tuple, int]:
     """Field path -> the 1-based line where its value starts, for every mapping key and
-    sequence item of a YAML document."""
+    sequence item of a composed YAML document (testbed.harness.yaml_input.compose)."""
     lines: dict[tuple, int] = {}
 
     def walk(node, path: tuple) -> None:
@@ -351,16 +360,12 @@ def yaml_lines(text: str) -> dict[tuple, int]:
             for i, item in enumerate(node.value):
                 lines[(*path, i)] = item.start_mark.line + 1
                 walk(item, (*path, i))
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
     if root is not None:
         walk(root, ())
     return lines
 
 
-def duplicate_keys(text: str) -> list[Problem]:
+def duplicate_keys(root: yaml.Node | None) -> list[Problem]:
     """Keys given twice in one mapping (YAML loaders silently keep the last)."""
     problems = []
 
@@ -376,62 +381,75 @@ def duplicate_keys(text: str) -> list[Problem]:
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 walk(item, (*path, i))
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return []
     if root is not None:
         walk(root, ())
     return problems
 
 
 def parse_yaml(text: str, source: str) -> dict:
-    """The mapping a scenario's text holds; a syntax error names the line where the
-    problem is and, when the parser knows it, where the construct it broke began."""
+    """The mapping a scenario's text holds (``parse_document``)."""
+    return parse_document(text, source)[0]
+
+
+def parse_document(text: str, source: str) -> tuple[dict, yaml.Node | None]:
+    """The mapping a scenario's text holds, and its composed document (for field lines); a
+    syntax error, or a document beyond testbed.harness.yaml_input's bounds, is one problem
+    naming its line."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        context = getattr(exc, "context_mark", None)
-        what = getattr(exc, "problem", None) or "not valid YAML"
-        message = f"not valid YAML: {what}"
-        if context is not None and getattr(exc, "context", None) and (
-                mark is None or context.line != mark.line):
-            message += f" ({exc.context} at line {context.line + 1})"
-        raise ScenarioError(source, [Problem((), message,
-                                             mark.line + 1 if mark else None)]) from None
+        root = compose(text)
+        data = construct(root)
+    except YamlInputError as exc:
+        raise ScenarioError(source, [Problem((), f"not valid YAML: {exc.problem}",
+                                             exc.line)]) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ScenarioError(source, [Problem((), "must be a mapping of field: value", 1)])
-    return data
+    return data, root
+
+
+def scenario_path(path: str | Path) -> Path:
+    """``path``, or the bundled scenario of that name when there is no such file and the
+    name has no suffix (``testbed run fattree-allreduce``)."""
+    path = Path(path)
+    bundled = SCENARIO_DIR / f"{path.name}.yaml"
+    if path.suffix == "" and not path.exists() and bundled.exists():
+        return bundled
+    return path
 
 
 def read_text(path: str | Path) -> str:
-    path = Path(path)
+    """A scenario file's text: a regular file of at most MAX_BYTES, checked before reading."""
+    given, path = shown(str(path), 240), scenario_path(path)
     try:
-        return path.read_text()
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(given, "not a regular file (a scenario is a YAML file)")
+        if info.st_size > MAX_BYTES:
+            raise ConfigError(given, f"{info.st_size} bytes; a scenario is at most "
+                              f"{MAX_BYTES} bytes")
+        with path.open(encoding="utf-8") as f:
+            return f.read(MAX_BYTES + 1)
     except FileNotFoundError:
-        bundled = SCENARIO_DIR / f"{path.name}.yaml" if path.suffix == "" else None
-        if bundled is not None and bundled.exists():
-            return bundled.read_text()
-        raise ConfigError(str(path), "no such scenario file (bundled scenarios: "
+        raise ConfigError(given, "no such scenario file (bundled scenarios: "
                           f"{', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.yaml')))})"
                           ) from None
     except OSError as exc:
-        raise ConfigError(str(path), f"cannot read: {exc.strerror}") from None
+        raise ConfigError(given, f"cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise ConfigError(str(path), "not a text (UTF-8) file") from None
+        raise ConfigError(given, "not a text (UTF-8) file") from None
 
 
-def load(path: str | Path, overrides: dict | None = None):
+def load(path: str | Path, overrides: dict | None = None, origins: dict | None = None):
     """Read, merge ``overrides`` (dotted field -> value, from the command line) and validate a
     scenario file; returns a testbed.harness.experiment.Resolved. A bundled scenario may be
-    named without its folder and suffix (``testbed run fattree-allreduce``)."""
+    named without its folder and suffix (``testbed run fattree-allreduce``). ``origins``
+    (dotted field -> the flag that set it) makes a problem in a field a flag set name the
+    flag instead of a line of the file."""
     text = read_text(path)
-    data = parse_yaml(text, str(path))
-    return validate(merge(data, overrides or {}), str(path), yaml_lines(text),
-                    duplicate_keys(text))
+    data, root = parse_document(text, str(path))
+    return validate(merge(data, overrides or {}), str(path), yaml_lines(root),
+                    duplicate_keys(root), origins)
 
 
 def merge(data: dict, overrides: dict) -> dict:
@@ -445,16 +463,17 @@ def merge(data: dict, overrides: dict) -> dict:
             if not isinstance(node, dict):
                 node = target[key] = {} if node is None else node
             if not isinstance(node, dict):
-                raise ConfigError(dotted, f"{key} is not a section")
+                raise ConfigError(shown(dotted), f"{shown(key)} is not a section")
             target = node
         target[last] = value
     return data
 
 
 def validate(data: dict, source: str = "scenario", lines: dict | None = None,
-             early: list[Problem] | None = None):
+             early: list[Problem] | None = None, origins: dict | None = None):
     """Every problem of a scenario mapping at once (ScenarioError), or the scenario with
-    its experiment, parameters and platform resolved."""
+    its experiment, parameters and platform resolved. ``lines``: field path -> line in the
+    file; ``origins``: dotted field -> the flag that set it (named instead of a line)."""
     from testbed.harness.experiment import resolve
 
     problems = list(early or [])
@@ -470,11 +489,21 @@ def validate(data: dict, source: str = "scenario", lines: dict | None = None,
         resolved, more = resolve(scenario)
         problems += more
     if problems:
-        lines = lines or {}
-        located = sorted((Problem(p.path, p.message, p.line or nearest_line(lines, p.path))
-                          for p in dedupe(problems)), key=lambda p: p.line or 0)
+        located = sorted((locate(p, lines or {}, origins or {}) for p in dedupe(problems)),
+                         key=lambda p: p.line or 0)
         raise ScenarioError(source, located)
     return resolved
+
+
+def locate(problem: Problem, lines: dict[tuple, int], origins: dict[str, str]) -> Problem:
+    """``problem`` with where it comes from: the flag that set its field (or a parent), else
+    its line in the file (or its closest parent's)."""
+    for end in range(len(problem.path), 0, -1):
+        origin = origins.get(".".join(str(p) for p in problem.path[:end]))
+        if origin is not None:
+            return Problem(problem.path, problem.message, None, origin)
+    return Problem(problem.path, problem.message,
+                   problem.line or nearest_line(lines, problem.path))
 
 
 def section_problems(data: dict) -> list[Problem]:
@@ -489,7 +518,8 @@ def section_problems(data: dict) -> list[Problem]:
                 data["topology"]))
         except ValidationError:
             pass
-    cls = experiment_classes().get(data.get("experiment", "allreduce"))
+    name = data.get("experiment", "allreduce")
+    cls = experiment_classes().get(name) if isinstance(name, str) else None
     if cls is not None and isinstance(data.get("params", {}), dict):
         try:
             cls.Params.model_validate(data.get("params", {}))

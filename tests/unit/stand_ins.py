@@ -230,8 +230,9 @@ class TwoFabrics(StandInExperiment):
 
 @pytest.fixture
 def standins(monkeypatch):
-    """The machine's lock and ledger, FabricNetwork, and two stand-in experiments in the
-    registry; returns the run ids the lock was taken for."""
+    """The machine's lock and ledger (and the root and Mininet check before them),
+    FabricNetwork, and two stand-in experiments in the registry; returns the run ids the lock
+    was taken for."""
     held = []
 
     @contextmanager
@@ -243,6 +244,7 @@ def standins(monkeypatch):
     StandInExperiment.runs = []
     monkeypatch.setattr(StandInExperiment, "fail_with", None)
     monkeypatch.setattr(testbed.harness.run, "machine", machine)
+    monkeypatch.setattr(testbed.harness.run, "check_can_build", lambda: None)
     monkeypatch.setattr(testbed.apply.network, "FabricNetwork", StandInNetwork)
     monkeypatch.setitem(testbed.harness.registry.EXPERIMENTS, "standin",
                         "tests.unit.stand_ins:StandInExperiment")

@@ -238,7 +238,7 @@ def test_report_compares_runs(capsys, tmp_path):
         run.mkdir()
         verdict = Verdict([at_least("busbw", measured, 0.9, "fraction")])
         (run / "summary.json").write_text(json.dumps({
-            "run_id": name, "experiment": "allreduce", "status": "complete",
+            "schema_version": 1, "run_id": name, "experiment": "allreduce", "status": "complete",
             "link_rate_mbit": 6, "verdict": verdict.to_dict()}))
     assert main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out

@@ -397,8 +397,9 @@ def draw(fabric: Fabric, path, utilisation: dict[str, float | None] | None = Non
     ax.set_aspect("equal" if circular else "auto")
     ax.axis("off")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, format=fmt, bbox_inches="tight")
-    plt.close(fig)
+    path = Path(path)  # in a folder that exists: the caller's, or a run's plots/
+    try:
+        fig.savefig(path, dpi=150, format=fmt, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path

@@ -471,7 +471,8 @@ def write_summary(run_dir: Path, results: dict[str, dict], recorded_dir: str) ->
     scenario = Scenario(name="dctcp", experiment="dctcp", link_rate_mbit=RATE_MBIT,
                         mtu_bytes=MTU).model_dump(mode="json")
     run_dir.joinpath("summary.json").write_text(json.dumps({
-        "run_id": "r1", "experiment": "dctcp", "results_dir": recorded_dir,
+        "schema_version": 1, "run_id": "r1", "experiment": "dctcp", "status": "complete",
+        "results_dir": recorded_dir,
         "scenario": scenario, "params": DctcpParams().model_dump(mode="json"),
         "link_rate_mbit": RATE_MBIT,
         "setups": {name: {"fabric": {"label": "spineleaf leaves=1"}} for name in results},

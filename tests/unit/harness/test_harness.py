@@ -121,7 +121,7 @@ def test_progress_logs_the_end_once_and_otherwise_at_most_every_interval():
 
 
 def summary_of(verdict: Verdict, status=COMPLETE) -> dict:
-    return {"run_id": "r1", "title": "ring AllReduce", "headline": "16 ranks",
+    return {"schema_version": 1, "run_id": "r1", "title": "ring AllReduce", "headline": "16 ranks",
             "status": status, "error": None if status == COMPLETE else "boom",
             "experiment": "allreduce", "link_rate_mbit": 6.0,
             "verdict": verdict.to_dict(), "rows": [["busbw", "5.8 Mbit/s"]],

@@ -18,6 +18,7 @@ from tests.unit.interactive.test_shell import StandInAttached
 import testbed.apply.network
 import testbed.apply.state
 import testbed.cli
+import testbed.harness.run
 import testbed.interactive.session as session
 from testbed.apply.state import process_start_ticks
 from testbed.cli import EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_VERDICT, main
@@ -25,9 +26,10 @@ from testbed.cli import EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_VERDICT, main
 
 @pytest.fixture
 def machine(tmp_path, monkeypatch):
-    """Root granted, the run lock always free, the state file in tmp_path; the holder is
-    never started: ``started`` records what it would have been handed."""
+    """Root (and Mininet) granted, the run lock always free, the state file in tmp_path; the
+    holder is never started: ``started`` records what it would have been handed."""
     monkeypatch.setattr(testbed.apply.network, "check_root", lambda: None)
+    monkeypatch.setattr(testbed.harness.run, "check_can_build", lambda: None)
     monkeypatch.setattr(testbed.apply.state, "RunLock", lambda run_id: nullcontext())
     monkeypatch.setattr(session, "SESSION_PATH", tmp_path / "state" / "session.json")
     monkeypatch.setattr(testbed.apply.state, "LEDGER_PATH", tmp_path / "state" / "state.json")

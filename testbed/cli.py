@@ -3,7 +3,9 @@
     testbed run SCENARIO [--set FIELD=VALUE ...]   any experiment, from a scenario file
     testbed EXPERIMENT [--its-params ...]          the same, from flags (one subcommand per
                                                    experiment in testbed.harness.registry)
+    testbed run SCENARIO --repeat N                N runs, each on a fresh fabric, as one result
     testbed report RUN_DIR [RUN_DIR ...]           a run's verdict, or several side by side
+    testbed list                                   bundled scenarios, topologies, experiments
     testbed schema [--write]                       the scenario JSON schema
     testbed topo | doctor | clean | bench          describe, inspect, recover, measure
     testbed calibrate                              the highest rate this machine holds
@@ -93,12 +95,26 @@ def run_origins(args) -> dict[str, str]:
 
 
 def execute(resolved, args) -> int:
-    """Run a resolved scenario, print its summary, and turn the outcome into an exit status."""
+    """Run a resolved scenario (``--repeat`` times), print its summary, and turn the outcome
+    into an exit status."""
     from testbed.harness.console import print_summary
     from testbed.harness.run import run_scenario
 
     log = (lambda m: None) if args.quiet else (lambda m: print(f"[testbed] {m}", flush=True))
+    if getattr(args, "repeat", None) is not None:
+        return execute_repeated(resolved, args, log)
     outcome = run_scenario(resolved, log=log)
+    print_summary(outcome.summary)
+    return outcome.exit_status(args.accept_failed, args.accept_untrusted)
+
+
+def execute_repeated(resolved, args, log) -> int:
+    """``--repeat N``: N runs, each on a fresh fabric; one summary with every number's
+    spread; exit 0 only when every run passed (with the same acceptances)."""
+    from testbed.harness.console import print_summary
+    from testbed.harness.repeat import run_repeated
+
+    outcome = run_repeated(resolved, args.repeat, log=log)
     print_summary(outcome.summary)
     return outcome.exit_status(args.accept_failed, args.accept_untrusted)
 
@@ -131,39 +147,58 @@ def cmd_experiment(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """One run's (or repeated run's) summary again, exiting as it did (0 passed, 1 not), or
+    several side by side (exit 0); with ``--require-pass``, one line per reason and exit 1
+    when any of them failed, was not trusted or stopped."""
     from testbed.harness.console import print_rows, print_summary
-    from testbed.harness.report import compare, load_summary, summary_exit_status
+    from testbed.harness.report import compare, gate_reasons, load_summary
 
-    if len(args.run_dirs) == 1:
-        summary = load_summary(Path(args.run_dirs[0]))
-        print_summary(summary)
-        return summary_exit_status(summary)
-    print_rows(compare([Path(d) for d in args.run_dirs]))
-    return 0
+    summaries = [load_summary(Path(d)) for d in args.run_dirs]
+    if len(summaries) == 1:
+        print_summary(summaries[0])
+    else:
+        print_rows(compare([Path(d) for d in args.run_dirs]))
+    if not args.require_pass and len(summaries) > 1:
+        return EXIT_OK
+    reasons = [reason for summary in summaries for reason in gate_reasons(summary)]
+    if args.require_pass:
+        for reason in reasons:
+            print(f"not passed: {reason}")
+    return EXIT_VERDICT if reasons else EXIT_OK
+
+
+def cmd_list(args) -> int:
+    from testbed.cli_help import listing
+
+    print(listing())
+    return EXIT_OK
 
 
 def cmd_schema(args) -> int:
-    from testbed.harness.scenario import json_schema
+    if args.summary:
+        from testbed.harness.summary_schema import SCHEMA_PATH, json_schema
+    else:
+        from testbed.harness.scenario import SCHEMA_PATH, json_schema
 
     text = json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
     if args.write is None:
         sys.stdout.write(text)
-        return 0
-    target = Path(args.write) if args.write else checkout_schema_path()
+        return EXIT_OK
+    target = Path(args.write) if args.write else checkout_path(SCHEMA_PATH)
     if target is None:
         raise ConfigError("--write", "this testbed is installed, not a checkout: name a file "
                           "(--write PATH) or redirect the printed schema")
     write_output("--write", target, text)
     print(f"wrote {target}")
-    return 0
+    return EXIT_OK
 
 
-def checkout_schema_path() -> Path | None:
-    """The schema file of the checkout this testbed runs from, None when it is installed."""
+def checkout_path(path: Path) -> Path | None:
+    """``path`` (a file of the source tree) when this testbed runs from a checkout, None when
+    it is installed."""
     from testbed.harness.provenance import SOURCE_ROOT
-    from testbed.harness.scenario import SCHEMA_PATH
 
-    return SCHEMA_PATH if (SOURCE_ROOT / ".git").exists() else None
+    return path if (SOURCE_ROOT / ".git").exists() else None
 
 
 def output_folder(flag: str, path: Path) -> None:
@@ -420,6 +455,13 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"testbed: error: {message} (see `{self.prog} --help`)\n")
 
 
+def add_repeat_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeat", type=int, metavar="N",
+                        help="run N times, each on a fresh fabric; one summary gives every "
+                             "number's median, min, max and N, and passes only when every run "
+                             "passed")
+
+
 def add_outcome_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accept-failed", action="store_true",
                         help="exit 0 even when a check failed")
@@ -487,7 +529,8 @@ def add_experiment_commands(sub) -> None:
     from testbed.harness.registry import experiment_classes
 
     for name, cls in sorted(experiment_classes().items()):
-        parser = sub.add_parser(name, help=f"{cls.title}: {cls.reproduces}"[:150])
+        parser = sub.add_parser(name, help=cls.title,
+                                description=f"{cls.title}: {cls.reproduces}")
         fields = cls.Params.model_fields
         aliases: dict[str, list[str]] = {}
         for alias, field in cls.cli_aliases.items():  # flags kept from earlier versions
@@ -501,6 +544,7 @@ def add_experiment_commands(sub) -> None:
         parser.add_argument("--results", help="results folder (default results)")
         parser.add_argument("--name", help="run name (part of the run id)")
         parser.add_argument("--seed", type=int, help="random seed (default 1)")
+        add_repeat_flag(parser)
         add_outcome_flags(parser)
         parser.set_defaults(func=cmd_experiment, experiment=name, param_fields=list(fields))
 
@@ -508,11 +552,12 @@ def add_experiment_commands(sub) -> None:
 def add_fabric_flags(parser: argparse.ArgumentParser) -> None:
     """The scenario flags ``testbed run`` and ``testbed up`` share."""
     parser.add_argument("scenario", nargs="?", help=f"scenario YAML or bundled name (default "
-                        f"{DEFAULT_SCENARIO}; see scenarios/)")
+                        f"{DEFAULT_SCENARIO}; `testbed list` shows the bundled ones)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any scenario field, e.g. --set params.size_bytes=4194304 "
                              "(repeatable)")
-    parser.add_argument("--topology", help="topology family, e.g. fattree")
+    parser.add_argument("--topology", help="topology family, e.g. fattree (`testbed list` "
+                        "shows them)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="topology parameter, e.g. --param k=4 (repeatable)")
     parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s")
@@ -557,6 +602,7 @@ def add_lab_commands(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from testbed.cli_help import arrange_help
     from testbed.harness.provenance import version_line
 
     ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed",
@@ -577,23 +623,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="random seed")
     run.add_argument("--results", help="results folder (default results/)")
     run.add_argument("--name", help="run name (part of the run id)")
+    add_repeat_flag(run)
     add_outcome_flags(run)
     run.set_defaults(func=cmd_run)
 
     add_experiment_commands(sub)
 
-    report = sub.add_parser("report", help="print a run's verdict, or compare runs side by side")
-    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    report.set_defaults(func=cmd_report)
-
-    schema = sub.add_parser("schema", help="print the scenario JSON schema (for editors)")
-    schema.add_argument("--write", nargs="?", const="", metavar="PATH",
-                        help="write it to PATH (in a checkout, by default, to "
-                             "testbed/scenarios/schema.json)")
-    schema.set_defaults(func=cmd_schema)
+    add_tool_commands(sub)
 
     topo = sub.add_parser("topo", help="describe a topology without building it")
-    topo.add_argument("name", help="topology family, e.g. fattree")
+    topo.add_argument("name", help="topology family, e.g. fattree (`testbed list` shows the "
+                      "families and their parameters)")
     topo.add_argument("param", nargs="*", help="parameters, e.g. k=4")
     topo.add_argument("--json", action="store_true", help="print JSON")
     topo.add_argument("--draw", nargs="?", const="", metavar="PATH",
@@ -633,7 +673,37 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--max-mbit", type=float, default=1600.0, help="highest rate tried (1600)")
     cal.add_argument("--results", default="results", help="where the trials' runs go")
     cal.set_defaults(func=cmd_calibrate)
+    arrange_help(ap, sub)
     return ap
+
+
+def add_tool_commands(sub) -> None:
+    """``testbed report``, ``list`` and ``schema``: read runs and describe the testbed."""
+    report = sub.add_parser("report", help="print a run's verdict, or compare runs and "
+                            "repeated runs side by side",
+                            description="Print a run's verdict (exiting 0 when it passed, 1 when "
+                            "not), or compare runs and repeated runs side by side (exiting 0 "
+                            "unless --require-pass).")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="a run's folder (results/RUN_ID) or its summary.json, or a "
+                             "repeated run's folder")
+    report.add_argument("--require-pass", action="store_true",
+                        help="exit 1 when any run failed a check, was not trusted or stopped "
+                             "(a gate for scripts and CI)")
+    report.set_defaults(func=cmd_report)
+
+    sub.add_parser("list", help="the bundled scenarios, the topology families with their "
+                   "parameters, and the experiments, one line each").set_defaults(func=cmd_list)
+
+    schema = sub.add_parser("schema", help="print the scenario JSON schema (for editors), or "
+                            "summary.json's")
+    schema.add_argument("--summary", action="store_true",
+                        help="summary.json's schema instead of the scenario's")
+    schema.add_argument("--write", nargs="?", const="", metavar="PATH",
+                        help="write it to PATH (in a checkout, by default, to "
+                             "testbed/scenarios/schema.json; with --summary, to "
+                             "docs/summary.schema.json)")
+    schema.set_defaults(func=cmd_schema)
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,11 @@
-"""Figures every experiment can draw from what the harness measures: link rates and CPU over
-time, per-link utilisation, the switches' own port counters over OpenFlow, and queue depths.
-Each takes the title prefix the harness gives (run, topology, rate) and writes one PNG."""
+"""Figures every experiment can draw from what the harness measures: the fabric, link rates
+and CPU over time, per-link utilisation, the switches' own port counters over OpenFlow, and
+queue depths. Each takes the title prefix the harness gives (run, topology, rate) and writes
+one PNG. ``caption_for`` gives every figure its one-line caption: the experiment's
+(``Experiment.captions``), the harness's own, or a default."""
 from __future__ import annotations
 
+from fnmatch import fnmatch
 from pathlib import Path
 
 from testbed.model.topology.base import Fabric
@@ -10,6 +13,31 @@ from testbed.model.topology.base import Fabric
 OPENFLOW_PLOT_LINKS = 12  # link directions drawn in the OpenFlow utilisation plot
 BUSIEST_BARS = 15         # link directions named in the utilisation plot
 LINE_STYLES = ("-", "--", ":", "-.")
+# Okabe and Ito's palette: hues that stay apart with every common colour-vision deficiency.
+COLOUR_BLIND_SAFE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
+                     "#F0E442", "#000000")
+
+
+# Captions of the figures the harness draws for every run, by file name (a glob).
+HARNESS_CAPTIONS = {
+    "topology*.png": "The fabric as built: node roles by marker shape, link width by rate; "
+                     "the tiers and counts should match the scenario.",
+    "weathermap*.png": "Each link coloured by its busier direction's utilisation (dark "
+                       "purple: idle, yellow: at the link rate); hot links beside idle ones "
+                       "are uneven load balancing.",
+}
+DEFAULT_CAPTION = "What the figure shows is in its title; the checks above say what it means."
+
+
+def caption_for(path, captions: dict[str, str] | None = None) -> str:
+    """The one-line caption of a figure, by its file name: the first glob of ``captions``
+    (an experiment's) or of the harness's that matches, else the default."""
+    name = Path(path).name
+    for table in (captions or {}, HARNESS_CAPTIONS):
+        for pattern, caption in table.items():
+            if fnmatch(name, pattern):
+                return caption
+    return DEFAULT_CAPTION
 
 
 def pyplot():
@@ -152,7 +180,8 @@ def plot_utilisation(util: dict[str, float], fabric: Fabric, title: str, path: P
     plt = pyplot()
     roles = {n.name: n.role for n in fabric.nodes.values()}
     order = list(dict.fromkeys(n.role for n in fabric.nodes.values()))  # hosts first
-    colours = {role: pyplot().get_cmap("tab10")(i % 10) for i, role in enumerate(order)}
+    colours = {role: COLOUR_BLIND_SAFE[i % len(COLOUR_BLIND_SAFE)]
+               for i, role in enumerate(order)}
     fig, (dots, bars) = plt.subplots(1, 2, figsize=(12, 4.5),
                                      gridspec_kw={"width_ratios": [1.2, 1]})
     for i, role in enumerate(order):
@@ -176,6 +205,13 @@ def plot_utilisation(util: dict[str, float], fabric: Fabric, title: str, path: P
     return save(fig, path)
 
 
+def plot_topology(fabric: Fabric, title: str, path: Path) -> Path:
+    """The fabric a run measured on, drawn by tier with its node roles."""
+    from testbed.model.topology.describe import draw
+
+    return draw(fabric, path, title=title)
+
+
 def plot_weathermap(fabric: Fabric, utilisation: dict[str, float | None], title: str,
                     path: Path) -> Path:
     """The topology drawing with every link coloured by its measured utilisation (the
@@ -183,3 +219,34 @@ def plot_weathermap(fabric: Fabric, utilisation: dict[str, float | None], title:
     from testbed.model.topology.describe import draw
 
     return draw(fabric, path, utilisation=utilisation, title=title)
+
+
+def plot_spread(series: list[tuple[str, dict]], title: str, path: Path) -> Path:
+    """A repeated run's headline numbers, one panel each: every run's value as a dot (in run
+    order, left to right) and the median as a line; ``series`` holds (label, spread) with
+    spreads as testbed.harness.repeat.spread makes them."""
+    plt = pyplot()
+    columns = min(4, len(series))
+    rows = -(-len(series) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows), squeeze=False)
+    for ax, (label, s) in zip(axes.flat, series):
+        runs = [(i + 1, v) for i, v in enumerate(s["values"]) if v is not None]
+        ax.plot([i for i, _ in runs], [v for _, v in runs], "o", color="0.2", ms=5)
+        ax.axhline(s["median"], color="#0072B2", lw=1.2, label="median")
+        ax.set_xticks(range(1, len(s["values"]) + 1))
+        ax.set_xlabel("run", fontsize=7)
+        ax.set_ylabel(s["unit"] or "value", fontsize=7)
+        ax.set_title(textwrap_label(label), fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.margins(x=0.2, y=0.3)
+    for ax in list(axes.flat)[len(series):]:
+        ax.axis("off")
+    fig.suptitle(f"{title}\nevery headline number in every run; line: the median", fontsize=8)
+    return save(fig, path)
+
+
+def textwrap_label(label: str, width: int = 40) -> str:
+    """A panel title wrapped to lines of ``width`` characters, never cut."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width)) or label

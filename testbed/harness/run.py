@@ -26,7 +26,16 @@ from pathlib import Path
 from testbed.apply.network import check_root
 from testbed.apply.state import Ledger, RunLock, clean
 from testbed.errors import ConfigError, TestbedError, UsageError
-from testbed.harness.report import COMPLETE, SCHEMA_VERSION, run_exit_status
+from testbed.harness.summary_schema import (
+    COMPLETE,
+    FAILED,
+    INTERRUPTED,
+    RUN,
+    RUNNING,
+    SCHEMA_VERSION,
+    row_record,
+    write_summary,
+)
 from testbed.model.verdict import Verdict
 
 
@@ -93,9 +102,6 @@ def machine(run_id: str, log=print):
 
 # --- one scenario, end to end --------------------------------------------------------------------
 
-RUNNING, FAILED, INTERRUPTED = "running", "failed", "interrupted"
-
-
 @dataclass
 class Outcome:
     """What a run left: its summary (as written to summary.json), folder and verdict."""
@@ -111,7 +117,13 @@ class Outcome:
     def exit_status(self, accept_failed: bool = False, accept_untrusted: bool = False) -> int:
         """0: complete, every judged check passed and the emulator kept up; 1 otherwise
         (unless accepted)."""
-        return run_exit_status(self.status, self.verdict, accept_failed, accept_untrusted)
+        if self.status != COMPLETE:
+            return 1
+        if self.verdict.failed and not accept_failed:
+            return 1
+        if not self.verdict.emulator_trusted and not accept_untrusted:
+            return 1
+        return 0
 
 
 def setup_folder(workdir: Path, setups: list, setup) -> Path:
@@ -153,7 +165,8 @@ def start_summary(resolved, run_id: str, workdir: Path) -> dict:
 
     scenario, experiment = resolved.scenario, resolved.experiment
     return {
-        "schema_version": SCHEMA_VERSION, "run_id": run_id, "experiment": experiment.name,
+        "schema_version": SCHEMA_VERSION, "kind": RUN, "run_id": run_id,
+        "experiment": experiment.name,
         "title": experiment.title, "headline": experiment.headline(), "status": RUNNING,
         "error": None, "started_at": _now(), "finished_at": None,
         "provenance": provenance(resolved.platform), "results_dir": str(workdir),
@@ -395,7 +408,7 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
             verdict.statements.append(f"checks could not be judged on a partial run: {exc!r}")
         verdict.statements += [c.statement for c in verdict.checks if c.statement]
         try:
-            summary["rows"] = [list(row) for row in experiment.rows(results)]
+            summary["rows"] = [row_record(row) for row in experiment.rows(results)]
         except Exception as exc:
             if summary["status"] == COMPLETE:
                 raise
@@ -407,21 +420,59 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
         plots = workdir / "plots"
         plots.mkdir(exist_ok=True)
         try:
-            paths = experiment.plots(results, plots, plot_title(summary))
+            paths = topology_figures(results, plots, plot_title(summary))
+            paths += experiment.plots(results, plots, plot_title(summary))
             paths += weathermaps(results, plots, plot_title(summary))
         except Exception as exc:
             if summary["status"] == COMPLETE:
                 raise
             paths = []
             log(f"plots of the partial run failed: {exc!r}")
-        summary["plots"] = [str(p.relative_to(workdir)) for p in paths]
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        summary["plots"] = plot_records(paths, workdir, experiment.captions)
+    write_summary(workdir, summary)
     summary["report"] = [str(p.relative_to(workdir)) for p in write_report(summary, workdir)]
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    write_summary(workdir, summary)
     give_to_invoking_user(workdir)
     if summary["status"] != COMPLETE:
         log(f"the run {summary['status']}; what it measured is in {workdir / 'summary.json'}")
     return Outcome(summary, workdir, verdict)
+
+
+def plot_records(paths: list[Path], workdir: Path, captions: dict[str, str]) -> list[dict]:
+    """summary.json's ``plots``: each figure relative to the run folder, with its caption."""
+    from testbed.harness.plots import caption_for
+
+    return [{"path": str(p.relative_to(workdir)), "caption": caption_for(p, captions)}
+            for p in paths]
+
+
+def setup_fabrics(results: dict[str, dict]) -> dict:
+    """Each setup's fabric as the network and the controller were built from it
+    (fabric.json in its folder), for the setups that got that far."""
+    from testbed.model.topology.base import Fabric
+
+    fabrics = {}
+    for name, result in results.items():
+        fabric_json = Path(result.get("dir", "")) / "fabric.json"
+        if result.get("dir") and fabric_json.exists():
+            fabrics[name] = Fabric.load_json(fabric_json)
+    return fabrics
+
+
+def topology_figures(results: dict[str, dict], folder: Path, title: str) -> list[Path]:
+    """A drawing of each distinct fabric the setups measured on (setups on equal fabrics
+    share one), named after the first setup on it when there are several."""
+    from testbed.harness.plots import plot_topology
+
+    fabrics = setup_fabrics(results)
+    alike: dict[str, list[str]] = {}  # the fabric's description -> setups on it
+    for name, fabric in fabrics.items():
+        alike.setdefault(json.dumps(fabric.to_dict(), sort_keys=True), []).append(name)
+    if len(alike) == 1:
+        (names,) = alike.values()
+        return [plot_topology(fabrics[names[0]], title, folder / "topology.png")]
+    return [plot_topology(fabrics[names[0]], f"{title} | {', '.join(names)}",
+                          folder / f"topology-{names[0]}.png") for names in alike.values()]
 
 
 def weathermaps(results: dict[str, dict], folder: Path, title: str) -> list[Path]:
@@ -429,17 +480,18 @@ def weathermaps(results: dict[str, dict], folder: Path, title: str) -> list[Path
     port counters measured over the setup's measured window (its whole run when it names
     none)."""
     from testbed.harness.plots import plot_weathermap
-    from testbed.model.topology.base import Fabric
 
     paths = []
+    fabrics = setup_fabrics(results)
     for name, result in results.items():
         counters = (result.get("openflow") or {}).get("port_counters") or {}
-        fabric_json = Path(result["dir"]) / "fabric.json"
-        if not counters.get("links") or not fabric_json.exists():
+        if not counters.get("links") or name not in fabrics:
             continue
         util = {label: v["mean_utilisation"] for label, v in counters["links"].items()}
+        if all(value is None for value in util.values()):
+            continue  # no poll fell in the window: nothing to colour the links by
         suffix = "" if len(results) == 1 else f"-{name}"
-        paths.append(plot_weathermap(Fabric.load_json(fabric_json), util,
+        paths.append(plot_weathermap(fabrics[name], util,
                                      f"{title} | {name}" if suffix else title,
                                      folder / f"weathermap{suffix}.png"))
     return paths

@@ -150,6 +150,8 @@ class StandInNetwork:
         self.stopped = False
         self.marking = self.pfc = None
         self.controller = SimpleNamespace(port=6653)
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        fabric.dump_json(Path(workdir) / "fabric.json")  # as the network writes it
         StandInNetwork.made.append(self)
 
     def __enter__(self):

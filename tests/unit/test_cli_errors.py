@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.unit.summaries import UNTRUSTED, run_summary
 
 import testbed.cli
 import testbed.harness.run
 from testbed.cli import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, EXIT_VERDICT, main
-from testbed.harness.report import SCHEMA_VERSION
+from testbed.harness.summary_schema import READABLE_VERSIONS
 from testbed.harness.yaml_input import MAX_BYTES
-from testbed.model.verdict import Verdict, at_least
+from testbed.model.verdict import at_least
 
 FAST_S = 1.0
 
@@ -199,12 +200,15 @@ def test_one_mtu_range_for_topologies_and_scenarios(capsys, no_runs):
 # --- report -----------------------------------------------------------------------------------
 
 
-def summary(checks=(), trusted=True, status="complete", **extra) -> dict:
-    verdict = Verdict(list(checks), [at_least("cpu headroom", 0.5, 0.1, "")] if trusted else [])
-    return {"schema_version": SCHEMA_VERSION, "run_id": "r1", "title": "t", "headline": "h",
-            "status": status, "error": None, "results_dir": "results/r1", "rows": [],
-            "experiment": "allreduce", "link_rate_mbit": 6.0, "verdict": verdict.to_dict(),
-            **extra}
+def summary(checks=(), trusted=True, **extra) -> dict:
+    """A whole summary of one run (tests.unit.summaries), ``extra`` keys replaced."""
+    return {**run_summary(checks=checks, **({} if trusted else {"trust": UNTRUSTED})), **extra}
+
+
+def with_first_check_named(name) -> dict:
+    data = summary([at_least("busbw", 0.95, 0.9, "")])
+    data["verdict"]["checks"][0]["name"] = name
+    return data
 
 
 def run_folder(tmp_path: Path, content) -> Path:
@@ -218,12 +222,11 @@ def run_folder(tmp_path: Path, content) -> Path:
 @pytest.mark.parametrize(("content", "words"), [
     ('{"run_id": "r1", "verdict": {"che', "not valid JSON"),
     ("\x00\x01garbage", "not valid JSON"),
-    ("{}", "schema_version"),
+    ("{}", "schema version None"),
     ("[1, 2]", "not a run summary"),
     ("[" * 100_000, "nested"),
     ('{"schema_version": 1, "run_id": 5}', "run_id"),
-    ('{"schema_version": 1, "run_id": "r", "status": "complete", "experiment": "x", '
-     '"verdict": {"checks": [{"name": 1}]}}', "verdict.checks.0"),
+    (json.dumps(with_first_check_named(1)), "verdict.checks.0.name"),
 ])
 def test_report_names_the_file_and_the_problem(tmp_path, capsys, content, words):
     folder = run_folder(tmp_path, content)
@@ -236,7 +239,9 @@ def test_report_refuses_a_schema_version_it_does_not_know(tmp_path, capsys):
     folder = run_folder(tmp_path, summary(schema_version=99))
     assert main(["report", str(folder)]) == EXIT_USAGE
     line = one_error(capsys)
-    assert "schema_version 99" in line and f"reads version {SCHEMA_VERSION}" in line
+    assert "schema version 99" in line
+    assert f"reads versions {', '.join(map(str, READABLE_VERSIONS))}" in line
+    assert "with the testbed that wrote it ('0.2.0')" in line
 
 
 def test_report_takes_the_summary_file_itself(tmp_path, capsys):
@@ -267,7 +272,7 @@ def test_report_exits_as_the_run_did(tmp_path, capsys):
 
 def test_report_prints_markup_in_a_summary_as_text(tmp_path, capsys):
     folder = run_folder(tmp_path, summary(run_id="[/bold]", headline="[red]x[/]",
-                                          rows=[["[/]", "[b]"]]))
+                                          rows=[{"what": "[/]", "text": "[b]", "numbers": []}]))
     assert main(["report", str(folder)]) == EXIT_OK
     out = capsys.readouterr().out
     assert "[/bold]" in out and "[/]" in out
@@ -305,7 +310,7 @@ def test_schema_write_refuses_an_unwritable_path_with_one_line(capsys, tmp_path)
 
 
 def test_schema_write_outside_a_checkout_refuses_site_packages(capsys, monkeypatch):
-    monkeypatch.setattr(testbed.cli, "checkout_schema_path", lambda: None)
+    monkeypatch.setattr(testbed.cli, "checkout_path", lambda path: None)
     assert main(["schema", "--write"]) == EXIT_USAGE
     assert "--write" in one_error(capsys)
 

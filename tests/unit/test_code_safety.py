@@ -59,6 +59,7 @@ FOLDER_MAKERS = {
     ("testbed/cli.py", "cmd_up"): "run folder in the results folder",
     ("testbed/experiments/dctcp/replot.py", "replot"): "run folder (user-named): plots/",
     ("testbed/experiments/incast/experiment.py", "Incast.measure_fanin"): "run folder",
+    ("testbed/harness/repeat.py", "finish_repeat"): "a repeat's folder: plots/",
     ("testbed/harness/run.py", "write_config"): "run folder in the results folder",
     ("testbed/harness/run.py", "bring_up"): "run folder: setups/<name>/",
     ("testbed/harness/run.py", "finish"): "run folder: plots/",

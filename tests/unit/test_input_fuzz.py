@@ -24,6 +24,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.unit.summaries import run_summary
 
 import testbed.cli
 import testbed.harness.run
@@ -31,10 +32,9 @@ from testbed.capabilities import detect
 from testbed.cli import EXIT_OK, EXIT_USAGE, EXIT_VERDICT, main
 from testbed.errors import shown
 from testbed.harness.registry import experiment_classes
-from testbed.harness.report import SCHEMA_VERSION
 from testbed.harness.scenario import SCENARIO_DIR
 from testbed.model.topology import BUILDERS, parameters
-from testbed.model.verdict import Verdict, at_least
+from testbed.model.verdict import at_least
 
 PLATFORM = detect()  # the machine does not change between examples; detect once
 BASE_SCENARIO = yaml.safe_load((SCENARIO_DIR / "fattree-allreduce.yaml").read_text())
@@ -270,18 +270,15 @@ def test_topo_with_any_parameters(case):
 
 
 def a_summary() -> dict:
-    verdict = Verdict([at_least("busbw", 0.95, 0.9, "")], [at_least("cpu", 0.5, 0.1, "")])
-    return {"schema_version": SCHEMA_VERSION, "run_id": "r1", "title": "t", "headline": "h",
-            "status": "complete", "error": None, "results_dir": "results/r1",
-            "experiment": "allreduce", "link_rate_mbit": 6.0, "rows": [["busbw", "1"]],
-            "verdict": verdict.to_dict()}
+    return run_summary(checks=[at_least("busbw", 0.95, 0.9, "")],
+                       rows=[("busbw", "1", {"name": "busbw", "value": 1, "unit": "Mbit/s"})])
 
 
-SUMMARY_FIELDS = ["schema_version", "run_id", "title", "headline", "status", "error",
+SUMMARY_FIELDS = ["schema_version", "kind", "run_id", "title", "headline", "status", "error",
                   "results_dir", "experiment", "link_rate_mbit", "rows", "rows.0",
-                  "verdict", "verdict.checks", "verdict.checks.0", "verdict.checks.0.name",
-                  "verdict.checks.0.measured", "verdict.counts", "verdict.emulator_trusted",
-                  "verdict.reasons", "provenance"]
+                  "rows.0.numbers.0.value", "verdict", "verdict.checks", "verdict.checks.0",
+                  "verdict.checks.0.name", "verdict.checks.0.measured", "verdict.counts",
+                  "verdict.emulator_trusted", "verdict.reasons", "provenance", "plots"]
 
 
 def set_path(data, dotted: str, value):

@@ -54,7 +54,8 @@ def test_a_run_brings_the_setup_up_measures_and_writes_its_summary(tmp_path, sta
     assert "failures" not in result  # no schedule in the scenario
     assert outcome.status == "complete" and outcome.verdict.checks[0].passed
     written = json.loads((outcome.workdir / "summary.json").read_text())
-    assert written["status"] == "complete" and written["rows"] == [["value", "7"]]
+    assert written["status"] == "complete"
+    assert written["rows"] == [{"what": "value", "text": "7", "numbers": []}]
     assert json.loads((outcome.workdir / "config.json").read_text())["scenario"]["name"] == \
         "standin-run"
     assert lines[0].startswith(f"run {outcome.summary['run_id']}: stand-in")

@@ -29,7 +29,7 @@ def test_a_user_passes_when_everything_is_installed():
     before = stamp.read_text()
     done = install_as_user(VENV)
     assert done.returncode == 0, done.stderr
-    assert "venv up to date" in done.stdout and "ready:" in done.stdout
+    assert "venv up to date" in done.stdout and "ready in" in done.stdout
     assert "run as root" not in done.stderr
     assert stamp.read_text() == before
 

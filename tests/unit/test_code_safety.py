@@ -30,6 +30,8 @@ HOST_SHELL_LINES = {
     ("testbed/apply/network.py", "FabricNetwork._configure_hosts"):
         "the set-up script's path, shlex-quoted (setup_command)",
     ("testbed/apply/network.py", "FabricNetwork.ping_all"): "fping of fabric addresses",
+    ("testbed/apply/rxe_probe.py", "probe"):
+        "rdma link add on the probe's own fixed interface names",
     ("testbed/capacity/bench.py", "iperf_mbit"): "iperf3 to the bench's own addresses",
     ("testbed/capacity/bench.py", "direct_capacity"): "the bench's own interface and MTU",
     ("testbed/capacity/bench.py", "kernel_forwarding_capacity"):
@@ -46,6 +48,7 @@ HOST_SHELL_LINES = {
 # (file, enclosing function) -> which allowed folder it creates.
 FOLDER_MAKERS = {
     ("testbed/apply/marking.py", "build_object"): "cache: the compiled eBPF programs",
+    ("testbed/apply/network.py", "FabricNetwork._start"): "run folder (the fabric's)",
     ("testbed/apply/network.py", "FabricNetwork._configure_hosts"): "run folder: host-setup/",
     ("testbed/apply/ovs.py", "PrivateSwitchd.start"): "run state: ovs/",
     ("testbed/apply/ovs.py", "PrivateSwitchd._start_shard"): "run state: ovs/<shard>/",
@@ -64,6 +67,8 @@ FOLDER_MAKERS = {
     ("testbed/harness/run.py", "bring_up"): "run folder: setups/<name>/",
     ("testbed/harness/run.py", "finish"): "run folder: plots/",
     ("testbed/interactive/session.py", "SessionState.save"): "run state",
+    ("testbed/lab/index.py", "write_index"): "results folder: labs/ (the labs' index)",
+    ("testbed/lab/runner.py", "run_lab"): "run folder in the results folder: labs/<lab>/",
 }
 
 

@@ -8,7 +8,7 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration vm-test bench dctcp incast pfc-demo doctor clean topo
+.PHONY: help install bpf chaos run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration vm-test bench dctcp incast pfc-demo doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -69,6 +69,9 @@ pfc-demo: install  ## PFC's costs: head-of-line blocking, congestion spreading, 
 
 dctcp: install  ## DCTCP micro-benchmark: 2 and 8 senders, drop-tail vs ECN at K (root)
 	$(TESTBED) dctcp $(ARGS)
+
+chaos: install  ## faults on purpose, every outcome checked (root; ARGS="--profile ci --seed N"; docs/reliability-faults.md)
+	$(TESTBED) chaos $(ARGS)
 
 doctor: install  ## what this machine can do, and the path each feature takes
 	$(TESTBED) doctor

@@ -176,30 +176,38 @@ def write_config(workdir: Path, summary: dict) -> None:
                 workdir.rmdir()
             except OSError:
                 pass
-        raise results_error(exc, workdir) from None
+        raise results_error(exc, workdir, "config.json") from None
 
 
-RESULTS_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
-                                  errno.EPERM})
+# A write the results folder refused: full, over quota, read-only (any file); not ours to
+# write (only a file named inside the folder: these codes have other causes too).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+PERMISSION_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
 
 
-def results_error(exc: OSError, workdir: Path) -> TestbedError:
+def results_error(exc: OSError, workdir: Path, name: str | None = None) -> TestbedError:
     """``cannot write the run's results in results/RUN: No space left on device
-    (summary.json)``: a results folder that refused a write, in one line."""
-    name = Path(exc.filename).name if exc.filename else ""
+    (summary.json)``: a results folder that refused a write, in one line; ``name``: the
+    file being written (else the error's own file name, when it has one)."""
+    name = name or (Path(os.fsdecode(exc.filename)).name if exc.filename else "")
     return TestbedError(f"cannot write the run's results in {workdir}: "
                         f"{exc.strerror or exc}" + (f" ({name})" if name else ""))
 
 
 def results_write_error(exc: BaseException, workdir: Path) -> TestbedError | None:
-    """The one-line error for ``exc`` when it is the results folder refusing a write (full,
-    read-only, not writable), else None."""
-    if not isinstance(exc, OSError) or exc.errno not in RESULTS_WRITE_ERRNOS:
+    """The one-line error for ``exc`` when it is the results folder refusing a write (a file
+    inside it, full, read-only or not writable; or a file system full or read-only where the
+    error names no file), else None."""
+    if not isinstance(exc, OSError) or exc.errno not in DISK_ERRNOS | PERMISSION_ERRNOS:
         return None
-    if exc.filename is not None:
-        where = os.path.abspath(os.fsdecode(exc.filename))
-        if not Path(where).is_relative_to(os.path.abspath(workdir.parent)):
+    if exc.filename is None:
+        if exc.errno not in DISK_ERRNOS:
             return None
+        return TestbedError(f"a write failed: {exc.strerror or exc}; is the results folder "
+                            f"{workdir.parent} full or read-only?")
+    where = os.path.abspath(os.fsdecode(exc.filename))
+    if not Path(where).is_relative_to(os.path.abspath(workdir.parent)):
+        return None
     return results_error(exc, workdir)
 
 

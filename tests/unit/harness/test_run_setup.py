@@ -126,20 +126,23 @@ def test_the_ledger_follows_the_run_through_its_phases(tmp_path, standins, monke
     assert StandInLedger.phases[-1] == "tear-down"  # the fabric goes down as marked
 
 
-def refuse_writes_of(monkeypatch, name: str, code: int = errno.ENOSPC) -> None:
-    """Writing a file called ``name`` fails as on a full (or read-only) file system."""
+def refuse_writes_of(monkeypatch, name: str, code: int = errno.ENOSPC,
+                     named: bool = True) -> None:
+    """Writing a file called ``name`` fails as on a full (or read-only) file system (the
+    error naming the file, or not, as when the write fails at its flush)."""
     write_text = Path.write_text
 
     def refusing(self, *args, **kwargs):
         if self.name == name:
-            raise OSError(code, os.strerror(code), str(self))
+            raise OSError(code, os.strerror(code), *([str(self)] if named else []))
         return write_text(self, *args, **kwargs)
     monkeypatch.setattr(Path, "write_text", refusing)
 
 
+@pytest.mark.parametrize("named", [True, False])  # a failed flush names no file
 def test_a_results_folder_that_refuses_the_first_write_is_one_line_before_any_fabric(
-        tmp_path, standins, monkeypatch):
-    refuse_writes_of(monkeypatch, "config.json")
+        tmp_path, standins, monkeypatch, named):
+    refuse_writes_of(monkeypatch, "config.json", named=named)
     with pytest.raises(errors.TestbedError) as info:
         run_scenario(resolved_for(tmp_path), log=lambda m: None)
     message = str(info.value)
@@ -188,6 +191,12 @@ def test_only_a_refused_write_in_the_results_folder_is_the_results_folders_fault
     assert results_write_error(elsewhere, workdir) is None
     assert results_write_error(OSError(errno.ENOENT, "gone", str(workdir)), workdir) is None
     assert results_write_error(ValueError("no"), workdir) is None
+    # a full or read-only file system may say so without naming the file (a flush)
+    unnamed = OSError(errno.ENOSPC, "No space left on device")
+    assert str(results_write_error(unnamed, workdir)) == (
+        "a write failed: No space left on device; is the results folder "
+        f"{workdir.parent} full or read-only?")
+    assert results_write_error(OSError(errno.EPERM, "Operation not permitted"), workdir) is None
 
 
 def dead(name: str, pid: int, returncode: int) -> tuple:

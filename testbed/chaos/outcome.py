@@ -98,7 +98,8 @@ def schedule_problems(summary: dict | None) -> list[str]:
 def observed_text(obs: Observation) -> str:
     """A short account of what happened, for the table."""
     if obs.landed is not None:
-        text = f"killed in {obs.landed}, clean exit {obs.clean_status}"
+        text = (f"killed in {obs.landed}" if obs.landed != ENDED else "not killed: the run "
+                "had ended") + f", clean exit {obs.clean_status}"
         if obs.next_run is not None:
             text += f", next run exit {obs.next_run.exit_status}"
         return text

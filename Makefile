@@ -8,7 +8,7 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration vm-test bench dctcp incast pfc-demo lab doctor clean topo
+.PHONY: help install bpf chaos run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit test-integration vm-test bench dctcp incast pfc-demo lab doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
@@ -72,6 +72,9 @@ dctcp: install  ## DCTCP micro-benchmark: 2 and 8 senders, drop-tail vs ECN at K
 
 lab: install  ## every teaching lab, then results/labs/index.html (root; LAB_SHORT=1 runs the shortened forms, as CI does)
 	$(TESTBED) lab run all $(if $(filter 1,$(LAB_SHORT)),--short)
+
+chaos: install  ## faults on purpose, every outcome checked (root; ARGS="--profile ci --seed N"; docs/reliability-faults.md)
+	$(TESTBED) chaos $(ARGS)
 
 doctor: install  ## what this machine can do, and the path each feature takes
 	$(TESTBED) doctor

@@ -9,6 +9,7 @@
     testbed schema [--write]                       the scenario JSON schema
     testbed topo | doctor | clean | bench          describe, inspect, recover, measure
     testbed calibrate                              the highest rate this machine holds
+    testbed chaos [--profile ci] [--seed N]        faults on purpose, each outcome checked
 
     testbed up [SCENARIO] [--setup NAME] [...]     bring a fabric up and keep it up
     testbed status [--json]                        what is up
@@ -601,6 +602,17 @@ def add_lab_commands(sub) -> None:
                                  "(labs/)"))
 
 
+def add_chaos_command(sub) -> None:
+    """``testbed chaos``: faults on purpose, counted (testbed.chaos)."""
+    from testbed.chaos.command import add_arguments, cmd_chaos
+
+    chaos = sub.add_parser("chaos", help="inject faults into runs (kills, flaps, full disks, "
+                           "SIGKILLs in every phase) and check each ends as the fault table "
+                           "says")
+    add_arguments(chaos)
+    chaos.set_defaults(func=cmd_chaos)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from testbed.cli_help import arrange_help
     from testbed.harness.provenance import version_line
@@ -649,6 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(func=cmd_doctor)
     sub.add_parser("clean", help="remove what an interrupted run left behind"
                    ).set_defaults(func=cmd_clean)
+    add_chaos_command(sub)
     add_session_commands(sub)
     add_lab_commands(sub)
     bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")

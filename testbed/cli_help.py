@@ -16,17 +16,18 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "fabric": ("run", "up", "status", "exec", "cli", "down", "clean"),
     EXPERIMENTS_GROUP: (),
     "lab": ("lab",),  # the teaching exercises: its own subcommands say which need root
-    "tools": ("list", "report", "schema", "topo", "doctor", "bench", "calibrate"),
+    "tools": ("list", "report", "schema", "topo", "doctor", "bench", "calibrate", "chaos"),
 }
 GROUP_TITLES = {
     "fabric": "fabric: run a scenario, or keep a fabric up and work on it",
     EXPERIMENTS_GROUP: "experiments: one each, its parameters as flags (same as `testbed run` "
                        "with its scenario)",
     "lab": "lab: the teaching exercises (labs/); `lab run` needs root",
-    "tools": "tools: inspect, describe, compare, measure the machine",
+    "tools": "tools: inspect, describe, compare, measure the machine, break runs on purpose",
 }
 # Commands that build a network, change the machine or read what only root may.
-NEEDS_ROOT = frozenset({"run", "up", "exec", "cli", "down", "clean", "bench", "calibrate"})
+NEEDS_ROOT = frozenset({"run", "up", "exec", "cli", "down", "clean", "bench", "calibrate",
+                        "chaos"})
 ROOT_MARK = "*"
 MIN_WIDTH = 60
 

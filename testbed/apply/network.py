@@ -51,6 +51,7 @@ from testbed.apply.state import (
     Ledger,
     kill_processes,
     netns_inode,
+    process_cmdline,
     process_start_ticks,
     processes_in_netns,
 )
@@ -64,6 +65,7 @@ from testbed.plan.port_queue import (  # default_buffer_bytes: experiments size 
     default_buffer_bytes,  # noqa: F401
     gso_max_bytes,
     host_queue,
+    impairment_change_argv,
     port_plan,
     switch_queue_plan,
 )
@@ -115,6 +117,12 @@ def bring_up_settings() -> dict[str, str]:
     if os.path.exists(ROOT_IPV6_DEFAULT):
         settings[ROOT_IPV6_DEFAULT] = "1"
     return settings
+
+
+# Every root-namespace kernel setting a fabric changes for a while (and puts back).
+ROOT_SETTINGS = (*FAST_RCU, ROOT_IPV6_DEFAULT, *SOCKET_DEFAULTS, ALLOWED_CC)
+# A program a failure schedule may stop or kill in a host -> what its command line holds.
+HOST_PROGRAMS = {"traffic": "testbed.traffic.", "iperf3": "iperf3"}
 
 
 def allowed_congestion_control(host_sysctls: dict[str, str]) -> dict[str, str]:
@@ -598,6 +606,82 @@ class FabricNetwork:
         self.controller = new
         return new.wait_programmed(set(self.bridges))
 
+    def impair_link(self, a: str, b: str, impairment: Impairment | None) -> float:
+        """Start a scheduled impairment of the link between ``a`` and ``b`` (both directions),
+        or end it (None: back to what the scenario's own impairments set there), on ports
+        the bring-up prepared for it: netem's settings changed in place (its queue below
+        kept), or the loss program's configuration; returns the monotonic time just before."""
+        from testbed.plan.loss_plan import Loss
+
+        t = time.monotonic()
+        ends = link_ends(self.fabric, a, b)
+        if all(intf in self.impairments for intf, _, _ in ends):
+            for intf, host, rate_mbit in ends:
+                argv = impairment_change_argv(intf, rate_mbit, impairment or self.impairments[intf])
+                run_tool(self.in_namespace(host, argv), what=f"tc could not change {intf}'s netem")
+        elif self.loss is not None and self.loss.has([intf for intf, _, _ in ends]):
+            loss = None if impairment is None else Loss(impairment.loss_percent / 100)
+            self.loss.set_loss([intf for intf, _, _ in ends], loss)
+        else:
+            raise TestbedError(f"the link {a}-{b} was not prepared for an impairment")
+        return t
+
+    def in_namespace(self, host: str | None, argv: list[str]) -> list[str]:
+        """``argv`` run in ``host``'s network namespace (None: the root namespace)."""
+        return argv if host is None else ["nsenter", f"--net=/proc/{self.pid(host)}/ns/net", *argv]
+
+    def daemon_pids(self, daemon: str, host: str | None = None) -> list[int]:
+        """The live processes of ``daemon``: the controller, the run's own ovs-vswitchd, the
+        pause agent, or a program of HOST_PROGRAMS running in ``host``."""
+        if daemon == "controller":
+            proc = self.controller.proc if self.controller is not None else None
+            return [proc.pid] if proc is not None and proc.poll() is None else []
+        if daemon == "ovs-vswitchd":
+            if self.datapath != "user":
+                raise TestbedError("ovs-vswitchd is the machine's Open vSwitch here (kernel "
+                                   "datapath): only the run's own may be stopped or killed")
+            return list(self.switchd.pids)
+        if daemon == "pause-agent":
+            if self.pfc is None:
+                raise TestbedError("this fabric runs no pause agent (its queue has no PFC)")
+            return [self.pfc.pid] if self.pfc.alive() else []
+        shell = self.pid(host)
+        return sorted(pid for pid in processes_in_netns({netns_inode(shell)})
+                      if pid != shell and HOST_PROGRAMS[daemon] in process_cmdline(pid))
+
+    def signal_daemon(self, daemon: str, host: str | None, sig: int) -> tuple[float, list[int]]:
+        """Send ``sig`` to every process of a daemon (``daemon_pids``); the monotonic time
+        just before, and the PIDs. None found is an error naming the daemon."""
+        pids = self.daemon_pids(daemon, host)
+        if not pids:
+            raise TestbedError(f"no {daemon} process{' in ' + host if host else ''} to signal")
+        t = time.monotonic()
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        return t, pids
+
+    def vital_daemons(self) -> list[tuple[str, subprocess.Popen]]:
+        """The processes a workload cannot go on without (testbed.apply.watchdog): the run's
+        own ovs-vswitchd, and the pause agent where the queues are lossless."""
+        vital = [("ovs-vswitchd", proc) for proc in self.switchd.forwarders()]
+        if self.pfc is not None and self.pfc.proc is not None:
+            vital.append((self.pfc.title, self.pfc.proc))
+        return vital
+
+    def host_processes(self) -> dict[int, int]:
+        """Every process in a host's namespace but the hosts' shells (what their commands
+        started): PID -> start ticks."""
+        shells = {h.pid for h in self.hosts.values()}
+        inodes = {netns_inode(pid) for pid in shells} - {None}
+        return {pid: t for pid, t in processes_in_netns(inodes).items() if pid not in shells}
+
+    def end_workload(self) -> None:
+        """Kill everything the hosts run (ranks, flows, servers), keeping the hosts."""
+        kill_processes(self.host_processes(), self.log)
+
     def popen(self, host: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start a process inside a host's namespace, recorded in the ledger."""
         if self.cpu_layout.host_cpus:  # off the forwarding CPUs (testbed.plan.shards)
@@ -734,11 +818,9 @@ class FabricNetwork:
         if self.marking is not None:
             self.marking.remove()  # its anchor agent reads the ports' queues: before they go
         shells = {h.pid: process_start_ticks(h.pid) for h in self.hosts.values()}
-        inodes = {netns_inode(pid) for pid in shells} - {None}
         # Hosts first, with whatever their commands left running: their namespaces then take
         # the host links along, in one batch per namespace.
-        kill_processes({pid: t for pid, t in processes_in_netns(inodes).items()
-                        if pid not in shells}, self.log)
+        self.end_workload()
         for host in self.hosts.values():
             host.terminate()
         kill_processes({pid: t for pid, t in shells.items() if t is not None}, self.log)
@@ -771,6 +853,16 @@ class FabricNetwork:
                         ipr.link("del", index=found[0])
                     except NetlinkError:
                         pass  # its peer went first and took it along
+
+
+def link_ends(fabric: Fabric, a: str, b: str) -> list[tuple[str, str | None, float | None]]:
+    """Both ends of the link between ``a`` and ``b``: (interface, the host whose namespace
+    holds it or None for the root namespace, the link's rate)."""
+    for link in fabric.links:
+        if {link.a, link.b} == {a, b}:
+            return [(link.intf(end), node if fabric.nodes[node].is_host else None, link.rate_mbit)
+                    for end, node in enumerate((link.a, link.b))]
+    raise TestbedError(f"{a} and {b} are not cabled together")
 
 
 def register_host_interface(host, intf: str, ip: str, mac: str):

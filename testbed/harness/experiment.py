@@ -287,7 +287,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[Problem]]:
             problems.append(Problem(tuple(err.field.split(".")), err.problem))
         except TestbedError as err:
             problems.append(Problem((), str(err)))
-        problems += target_problems(scenario, setups)
+        problems += target_problems(scenario, setups, platform)
     ecn_path = None
     if not problems:
         try:

@@ -25,6 +25,9 @@ HARNESS_CAPTIONS = {
     "weathermap*.png": "Each link coloured by its busier direction's utilisation (dark "
                        "purple: idle, yellow: at the link rate); hot links beside idle ones "
                        "are uneven load balancing.",
+    "faults*.png": "The busiest links' utilisation from the switches' own counters, each "
+                   "fault's window shaded: load should shift or dip inside a window and "
+                   "recover after its heal.",
 }
 DEFAULT_CAPTION = "What the figure shows is in its title; the checks above say what it means."
 
@@ -77,12 +80,38 @@ def save(fig, path: Path) -> Path:
     return path
 
 
+def fault_spans(windows: list[dict], t0_monotonic_s: float,
+                end_s: float) -> list[tuple[float, float, str]]:
+    """Fault windows (testbed.plan.fault_schedule.fault_windows, CLOCK_MONOTONIC) as
+    (start, end, what) in seconds since ``t0_monotonic_s``; a fault never healed lasts to
+    ``end_s``, an event without a heal has no length."""
+    spans = []
+    for w in windows:
+        start = w["start_monotonic_s"] - t0_monotonic_s
+        end = end_s if w["end_monotonic_s"] is None else w["end_monotonic_s"] - t0_monotonic_s
+        spans.append((start, max(start, end), w["fault"]))
+    return spans
+
+
+def shade_faults(axes, spans: list[tuple[float, float, str]]) -> None:
+    """Each fault's window shaded red on every axis (Jepsen's nemesis bands), an event
+    without length as a red line; labelled once, on the first axis's legend."""
+    for i, ax in enumerate(axes):
+        for j, (start, end, what) in enumerate(spans):
+            label = (what if len(spans) <= 4 else "faults" if j == 0 else None) if i == 0 else None
+            if end > start:
+                ax.axvspan(start, end, color="tab:red", alpha=0.15, label=label)
+            else:
+                ax.axvline(start, color="tab:red", lw=1.2, ls="-.", label=label)
+
+
 def plot_openflow_utilisation(fabric: Fabric, port_stats_path: Path, window_monotonic_s,
                               title: str, path: Path,
-                              most: int = OPENFLOW_PLOT_LINKS) -> Path | None:
+                              most: int = OPENFLOW_PLOT_LINKS,
+                              faults: list[dict] | None = None) -> Path | None:
     """Utilisation over time of the busiest link directions, from the switches' own port
-    counters as the controller polled them over OpenFlow (port-stats.jsonl); None when the
-    run polled nothing."""
+    counters as the controller polled them over OpenFlow (port-stats.jsonl), with each
+    fault's window shaded (``faults``: fault windows); None when the run polled nothing."""
     from testbed.measure.openflow import link_rate_series
     from testbed.model.records import port_samples, read_json_lines
 
@@ -105,12 +134,16 @@ def plot_openflow_utilisation(fabric: Fabric, port_stats_path: Path, window_mono
     if window_monotonic_s:
         ax.axvspan(window_monotonic_s[0] - t0, window_monotonic_s[1] - t0, color="tab:green",
                    alpha=0.1, label="measured window")
+    if faults:
+        shade_faults([ax], fault_spans(faults, t0, max(p.t1_s for pts in series.values()
+                                                        for p in pts) - t0))
     ax.axhline(100, color="black", lw=0.8, ls="--", label="link rate")
     ax.set_xlabel("time since the first poll (s)")
     ax.set_ylabel("utilisation (% of the link rate)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"{title}\nthe {len(busiest)} busiest link directions, from the switches' own "
-                 "port counters (OpenFlow), rates over the switches' counter times", fontsize=9)
+                 "port counters (OpenFlow), rates over the switches' counter times"
+                 + ("; red: faults" if faults else ""), fontsize=9)
     legend_outside(ax, fontsize=7)
     return save(fig, path)
 
@@ -146,8 +179,11 @@ def plot_queue_depth(queue_samples: dict, ecn: dict, title: str, path: Path,
 
 
 def plot_timeseries(samples: dict, window_s, rate_mbit: float, fabric: Fabric, title: str,
-                    path: Path) -> Path:
-    """Host uplink rates and CPU over the run, with the measured window shaded."""
+                    path: Path, faults: list[dict] | None = None,
+                    t0_monotonic_s: float | None = None) -> Path:
+    """Host uplink rates and CPU over the run, with the measured window shaded green and each
+    fault's window red (``faults``: fault windows; ``t0_monotonic_s``: the monotonic time of
+    the samples' zero)."""
     plt = pyplot()
 
     t = samples["t_s"]
@@ -169,7 +205,11 @@ def plot_timeseries(samples: dict, window_s, rate_mbit: float, fabric: Fabric, t
     legend_outside(ax2, fontsize=8)
     for ax in (ax1, ax2):
         ax.axvspan(*window_s, color="tab:green", alpha=0.1)
-    ax1.set_title(f"{title}\nhost uplink rates and CPU (shaded: measured window)", fontsize=9)
+    if faults and t0_monotonic_s is not None:
+        shade_faults((ax1, ax2), fault_spans(faults, t0_monotonic_s, t[-1] if t else 0.0))
+        legend_outside(ax1, fontsize=8)
+    ax1.set_title(f"{title}\nhost uplink rates and CPU (shaded: measured window"
+                  + (", red: faults" if faults else "") + ")", fontsize=9)
     return save(fig, path)
 
 

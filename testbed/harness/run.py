@@ -14,6 +14,7 @@ at the end), signals that end a run through the same clean-up path as Ctrl-C, an
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.apply.network import check_root
-from testbed.apply.state import Ledger, RunLock, clean
+from testbed.apply.state import BRING_UP, TEAR_DOWN, WORKLOAD, Ledger, RunLock, clean
 from testbed.errors import ConfigError, TestbedError, UsageError
 from testbed.harness.summary_schema import (
     COMPLETE,
@@ -149,6 +150,7 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
 
     def run_setups(results: dict) -> None:
         with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+            ledger.set_phase(BRING_UP)
             write_config(workdir, summary)
             for index, setup in enumerate(resolved.setups, 1):
                 if len(resolved.setups) > 1:
@@ -181,10 +183,54 @@ def start_summary(resolved, run_id: str, workdir: Path) -> dict:
 
 
 def write_config(workdir: Path, summary: dict) -> None:
-    """The run folder, with config.json: the scenario as validated and the parameters."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(json.dumps(
-        {"scenario": summary["scenario"], "params": summary["params"]}, indent=1))
+    """The run folder, with config.json: the scenario as validated and the parameters. A
+    folder that cannot be written (full, read-only, not ours) is a one-line error, before
+    any fabric exists; a run folder made here is removed again when it stays empty."""
+    made = not workdir.exists()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.json").write_text(json.dumps(
+            {"scenario": summary["scenario"], "params": summary["params"]}, indent=1))
+    except OSError as exc:
+        if made:
+            try:
+                (workdir / "config.json").unlink(missing_ok=True)
+                workdir.rmdir()
+            except OSError:
+                pass
+        raise results_error(exc, workdir, "config.json") from None
+
+
+# A write the results folder refused: full, over quota, read-only (any file); not ours to
+# write (only a file named inside the folder: these codes have other causes too).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+PERMISSION_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
+
+
+def results_error(exc: OSError, workdir: Path, name: str | None = None) -> TestbedError:
+    """``cannot write the run's results in results/RUN: No space left on device
+    (summary.json)``: a results folder that refused a write, in one line; ``name``: the
+    file being written (else the error's own file name, when it has one)."""
+    name = name or (Path(os.fsdecode(exc.filename)).name if exc.filename else "")
+    return TestbedError(f"cannot write the run's results in {workdir}: "
+                        f"{exc.strerror or exc}" + (f" ({name})" if name else ""))
+
+
+def results_write_error(exc: BaseException, workdir: Path) -> TestbedError | None:
+    """The one-line error for ``exc`` when it is the results folder refusing a write (a file
+    inside it, full, read-only or not writable; or a file system full or read-only where the
+    error names no file), else None."""
+    if not isinstance(exc, OSError) or exc.errno not in DISK_ERRNOS | PERMISSION_ERRNOS:
+        return None
+    if exc.filename is None:
+        if exc.errno not in DISK_ERRNOS:
+            return None
+        return TestbedError(f"a write failed: {exc.strerror or exc}; is the results folder "
+                            f"{workdir.parent} full or read-only?")
+    where = os.path.abspath(os.fsdecode(exc.filename))
+    if not Path(where).is_relative_to(os.path.abspath(workdir.parent)):
+        return None
+    return results_error(exc, workdir)
 
 
 def recorded(summary: dict, experiment, workdir: Path, log, work) -> Outcome:
@@ -200,8 +246,12 @@ def recorded(summary: dict, experiment, workdir: Path, log, work) -> Outcome:
         summary["status"], summary["error"] = INTERRUPTED, "interrupted"
         raise
     except BaseException as exc:
+        written = results_write_error(exc, workdir)
         summary["status"] = FAILED
-        summary["error"] = str(exc) if isinstance(exc, TestbedError) else repr(exc)
+        summary["error"] = (str(written or exc) if isinstance(written or exc, TestbedError)
+                            else repr(exc))
+        if written is not None:
+            raise written from exc
         raise
     finally:
         summary["wall_s"] = round(time.monotonic() - t0, 3)
@@ -214,8 +264,13 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
     service checked), the experiment's measurement under the failure schedule, the
     controller's files summarised, the fabric down."""
     folder = setup_folder(workdir, resolved.setups, setup)
+    ledger.set_phase(BRING_UP)
     with bring_up(resolved, setup, ledger, folder, log) as live:
-        result = measure_setup(resolved, setup, live, folder, log, progress)
+        ledger.set_phase(WORKLOAD)
+        try:
+            result = measure_setup(resolved, setup, live, folder, log, progress)
+        finally:
+            ledger.set_phase(TEAR_DOWN)
     return add_fabric_records(result, live.net, folder, setup.fabric)
 
 
@@ -238,6 +293,7 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
     from testbed.apply.controller import write_anycast
     from testbed.apply.network import FabricNetwork
     from testbed.harness.plans import impairment_plan
+    from testbed.plan.fault_schedule import impaired_links
     from testbed.plan.settings import EcnSettings
 
     scenario = resolved.scenario
@@ -256,7 +312,8 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
         sample_ms = scenario.queue.sample_ms if scenario.queue is not None else 0.0
         ecn = EcnSettings(setup.queue, (setup.queue_record or {}).get("ecn"),
                           resolved.ecn_path, sample_ms)
-    impairments = impairment_plan(scenario.impairments, fabric, resolved.platform)
+    impairments = impairment_plan(scenario.impairments, fabric, resolved.platform,
+                                  impaired_links(failure_events(resolved, setup)))
     if impairments.path is not None:
         log(f"{setup.name}: impairments by {impairments.path}")
     tso = resolved.platform.paths.ovs_offload == "userspace-tso"
@@ -322,25 +379,47 @@ def describe_switchd(net) -> str:
 
 
 def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress) -> dict:
-    """The experiment's measurement on a live setup, under the scenario's failure schedule;
-    raw files go to ``folder``. Returns the setup's results (with its ``dir`` and
-    ``bring_up``, and the ``failures`` applied when there is a schedule)."""
-    from testbed.apply.failures import FailureEvent, FailureSchedule
+    """The experiment's measurement on a live setup, under the scenario's failure schedule,
+    with the fabric's vital daemons watched (testbed.apply.watchdog: one that dies ends the
+    workload and is the run's error); raw files go to ``folder``. Returns the setup's results
+    (with its ``dir`` and ``bring_up``, and the ``failures`` applied and their
+    ``fault_windows`` when there is a schedule)."""
+    from testbed.apply.failures import FailureSchedule
+    from testbed.apply.watchdog import Watchdog
     from testbed.harness.experiment import SetupRun
+    from testbed.plan.fault_schedule import fault_windows
 
-    events = [FailureEvent(e.at_s, e.action, tuple(e.link) if e.link else None, e.switch)
-              for e in resolved.scenario.failures]
+    events = failure_events(resolved, setup)
     result: dict = {"dir": str(folder), "bring_up": dict(live.bring_up)}
     run = SetupRun(live.net, setup, folder, log, progress, live.ecn)
-    with FailureSchedule(live.net, events, log) as schedule:
-        result.update(resolved.experiment.measure(run))
+    with Watchdog(live.net, log) as watchdog, \
+            FailureSchedule(live.net, events, log) as schedule:
+        try:
+            result.update(resolved.experiment.measure(run))
+        except Exception as exc:
+            died = watchdog.died_now()
+            if died:  # the cause, not what it broke
+                raise TestbedError(died) from exc
+            raise
+        died = watchdog.died_now()
+        if died:
+            raise TestbedError(died)
     if events:
         result["failures"] = schedule.applied
+        result["fault_windows"] = fault_windows(schedule.applied)
     if live.net.pfc is not None:  # judged by testbed.measure.pauses.agent_alive_checks
         result.setdefault("pause_agent_running", live.net.pfc.alive())
     if live.impairments is not None and live.impairments.path is not None:
         result["impairments"] = impairment_record(live.impairments, live.net)
     return result
+
+
+def failure_events(resolved, setup) -> list:
+    """The scenario's failure schedule on one setup's fabric, as timed events (the same for
+    the bring-up, which prepares the links it impairs, and the measurement)."""
+    from testbed.plan.fault_schedule import schedule_events
+
+    return schedule_events(resolved.scenario.failures, setup.fabric, resolved.scenario.seed)
 
 
 def impairment_record(plan, net) -> dict:
@@ -388,8 +467,8 @@ def prove_ready(net, setup, log) -> dict:
 
 def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outcome:
     """The verdict, plots, summary.json and the report, for a run that ended in any way; the
-    run folder is handed to the user who ran sudo."""
-    from testbed.harness.report import write_report
+    run folder is handed to the user who ran sudo. A results folder that refuses the writes
+    fails a complete run in one line; a run that failed already keeps its own error."""
     from testbed.measure.pauses import agent_alive_checks
     from testbed.model.verdict import Verdict, trust_checks
 
@@ -416,6 +495,26 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
     summary["verdict"] = verdict.to_dict()
     if not workdir.exists():
         return Outcome(summary, workdir, verdict)
+    try:
+        write_results(summary, results, experiment, workdir, log)
+    except OSError as exc:  # the results folder is full or went read-only
+        error = results_error(exc, workdir)
+        if summary["status"] == COMPLETE:
+            summary["status"], summary["error"] = FAILED, str(error)
+            raise error from None
+        log(str(error))  # the run's own error is the one it ends with
+        return Outcome(summary, workdir, verdict)
+    give_to_invoking_user(workdir)
+    if summary["status"] != COMPLETE:
+        log(f"the run {summary['status']}; what it measured is in {workdir / 'summary.json'}")
+    return Outcome(summary, workdir, verdict)
+
+
+def write_results(summary: dict, results: dict, experiment, workdir: Path, log) -> None:
+    """The plots (the experiment's, the weathermaps, the fault timelines), summary.json and
+    the report, into the run folder."""
+    from testbed.harness.report import write_report
+
     if results:
         plots = workdir / "plots"
         plots.mkdir(exist_ok=True)
@@ -423,6 +522,9 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
             paths = topology_figures(results, plots, plot_title(summary))
             paths += experiment.plots(results, plots, plot_title(summary))
             paths += weathermaps(results, plots, plot_title(summary))
+            paths += fault_timelines(results, plots, plot_title(summary))
+        except OSError:
+            raise
         except Exception as exc:
             if summary["status"] == COMPLETE:
                 raise
@@ -432,10 +534,6 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
     write_summary(workdir, summary)
     summary["report"] = [str(p.relative_to(workdir)) for p in write_report(summary, workdir)]
     write_summary(workdir, summary)
-    give_to_invoking_user(workdir)
-    if summary["status"] != COMPLETE:
-        log(f"the run {summary['status']}; what it measured is in {workdir / 'summary.json'}")
-    return Outcome(summary, workdir, verdict)
 
 
 def plot_records(paths: list[Path], workdir: Path, captions: dict[str, str]) -> list[dict]:
@@ -494,6 +592,29 @@ def weathermaps(results: dict[str, dict], folder: Path, title: str) -> list[Path
         paths.append(plot_weathermap(fabrics[name], util,
                                      f"{title} | {name}" if suffix else title,
                                      folder / f"weathermap{suffix}.png"))
+    return paths
+
+
+def fault_timelines(results: dict[str, dict], folder: Path, title: str) -> list[Path]:
+    """For every setup that ran a failure schedule: its busiest links' utilisation over time
+    from the switches' own port counters, each fault's window shaded (testbed.harness.plots
+    .plot_openflow_utilisation)."""
+    from testbed.harness.plots import plot_openflow_utilisation
+    from testbed.model.records import PORT_STATS_FILE
+
+    fabrics = setup_fabrics(results)
+    paths = []
+    for name, result in results.items():
+        windows = result.get("fault_windows")
+        if not windows or name not in fabrics:
+            continue
+        suffix = "" if len(results) == 1 else f"-{name}"
+        path = plot_openflow_utilisation(
+            fabrics[name], Path(result["dir"]) / PORT_STATS_FILE,
+            result.get("window_monotonic_s"), f"{title} | {name}" if suffix else title,
+            folder / f"faults{suffix}.png", faults=windows)
+        if path is not None:
+            paths.append(path)
     return paths
 
 

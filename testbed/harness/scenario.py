@@ -48,7 +48,8 @@ NAME_RULE = ("must be ASCII letters, digits and _ . + - (no spaces), starting wi
 # A node a scenario refers to (failures, impairments, anycast replicas): what every family
 # and an explicit topology name their nodes, so no other text reaches a host's shell.
 NODE_NAME_PATTERN = r"^[a-z][a-z0-9]{0,31}$"
-FAILURE_ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "controller_restart")
+FAILURE_ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "controller_restart",
+                   "impair", "stop", "kill")
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "scenarios" / "schema.json"
 SCENARIO_DIR = SCHEMA_PATH.parent
 
@@ -163,25 +164,109 @@ class AnycastSpec(Strict):
         return value
 
 
+class TargetSelector(Strict):
+    """Which links, switches or hosts a failure may hit: by ``role`` (``core``, ``spine``...),
+    ``pod`` (a fat-tree's or a 5-stage Clos' pod, a dragonfly's group) or ``names``; every
+    one when empty. A link matches when either of its ends does."""
+
+    role: NodeName | None = None
+    pod: int | None = Field(None, ge=0, le=65_535)
+    names: list[NodeName] | None = Field(None, min_length=1)
+
+
+# Faults a schedule heals by itself ``for_s`` after they start, and those that need it.
+HEALED_ACTIONS = ("link_down", "switch_down", "impair", "stop")
+WINDOWED_ACTIONS = ("impair", "stop")
+FABRIC_DAEMONS = ("controller", "ovs-vswitchd", "pause-agent")
+HOST_DAEMONS = ("traffic", "iperf3")  # programs in a host: testbed.traffic's, iperf3
+
+
 class FailureSpec(Strict):
-    """One event of a failure schedule, ``at_s`` seconds after the workload starts."""
+    """One entry of a failure schedule, ``at_s`` seconds after the workload starts: an event
+    (``link_up``, ``controller_restart``, ``kill``...) or, with ``for_s``, a fault that the
+    schedule heals ``for_s`` later, and always heals when the run ends earlier, failed or
+    not (``link_down``, ``switch_down``, ``impair``, ``stop``). Its target: one ``link`` or
+    ``switch``; ``links``, ``switches`` or ``hosts`` chosen by a selector and ``mode`` (one,
+    all, a ``fixed`` number, a ``percent`` of what the selector matches; picked with the
+    scenario's seed); or a ``daemon`` (a fabric's, or a program in a ``host``)."""
 
     at_s: float = Field(ge=0, le=86_400)
-    action: Literal["link_down", "link_up", "switch_down", "switch_up", "controller_restart"]
+    action: Literal[FAILURE_ACTIONS]
+    for_s: float | None = Field(None, gt=0, le=86_400)
     link: Pair | None = None
     switch: NodeName | None = None
+    host: NodeName | None = None
+    links: TargetSelector | None = None
+    switches: TargetSelector | None = None
+    hosts: TargetSelector | None = None
+    daemon: Literal[(*FABRIC_DAEMONS, *HOST_DAEMONS)] | None = None
+    mode: Literal["one", "all", "fixed", "percent"] | None = None
+    value: float | None = Field(None, gt=0)
+    loss_percent: float = Field(0.0, ge=0, le=100)
+    delay_ms: float = Field(0.0, ge=0, le=10_000)
+    jitter_ms: float = Field(0.0, ge=0, le=10_000)
 
     @model_validator(mode="after")
     def _target(self):
-        wants_link = self.action.startswith("link_")
-        wants_switch = self.action.startswith("switch_")
-        if wants_link != (self.link is not None):
-            raise ValueError(f"{self.action} needs link: [a, b]" if wants_link
-                             else f"{self.action} takes no link")
-        if wants_switch != (self.switch is not None):
-            raise ValueError(f"{self.action} needs switch: NAME" if wants_switch
-                             else f"{self.action} takes no switch")
+        for problem in failure_spec_problems(self):
+            raise ValueError(problem)
         return self
+
+    @property
+    def selector(self) -> TargetSelector | None:
+        return self.links or self.switches or self.hosts
+
+
+def failure_spec_problems(spec: FailureSpec) -> list[str]:
+    """What is wrong with one schedule entry on its own: the target its action needs (and
+    none it does not), ``for_s`` where a fault is healed, ``mode`` and ``value`` with a
+    selector, delay and loss with ``impair``."""
+    action = spec.action
+    given = [name for name in ("link", "links", "switch", "switches", "host", "hosts", "daemon")
+             if getattr(spec, name) is not None]
+    if action.startswith("link_") or action == "impair":  # (or links: a selector)
+        wanted, needs = ("link", "links"), "link: [a, b]"
+    elif action.startswith("switch_"):  # (or switches: a selector)
+        wanted, needs = ("switch", "switches"), "switch: NAME"
+    elif action in ("stop", "kill"):
+        wanted, needs = ("daemon", "host", "hosts"), f"daemon: one of {', '.join(FABRIC_DAEMONS)}, or " \
+            f"{' or '.join(HOST_DAEMONS)} with host: NAME (or hosts: a selector)"
+    else:
+        wanted, needs = (), ""
+    for name in given:
+        if name not in wanted:
+            return [f"{action} takes no {name}"]
+    chosen = [name for name in given if name != "daemon"]
+    if len(chosen) > 1:
+        return [f"give one of {' or '.join(chosen)}, not both"]
+    if wanted and not given or action in ("stop", "kill") and spec.daemon is None:
+        return [f"{action} needs {needs}"]
+    if spec.daemon in FABRIC_DAEMONS and chosen:
+        return [f"daemon {spec.daemon} runs beside the fabric, not in a host: leave out {chosen[0]}"]
+    if spec.daemon in HOST_DAEMONS and not chosen:
+        return [f"daemon {spec.daemon} runs in hosts: name one (host: NAME) or select them "
+                "(hosts: a selector)"]
+    if spec.for_s is None and action in WINDOWED_ACTIONS:
+        return [f"{action} needs for_s: how long it lasts (it is healed then, or when the run "
+                "ends first)"]
+    if spec.for_s is not None and action not in HEALED_ACTIONS:
+        return [f"{action} takes no for_s (only {', '.join(HEALED_ACTIONS)} are healed)"]
+    if (spec.mode is not None or spec.value is not None) and spec.selector is None:
+        return ["mode and value choose among a selector's targets (links, switches or hosts)"]
+    if spec.mode == "fixed" and (spec.value is None or not float(spec.value).is_integer()):
+        return ["mode fixed needs value: a whole number of targets"]
+    if spec.mode == "percent" and (spec.value is None or spec.value > 100):
+        return ["mode percent needs value: a percentage of the targets, at most 100"]
+    if spec.mode in (None, "one", "all") and spec.value is not None:
+        return [f"mode {spec.mode or 'all'} takes no value"]
+    impaired = [name for name in ("loss_percent", "delay_ms", "jitter_ms") if getattr(spec, name)]
+    if action != "impair" and impaired:
+        return [f"{impaired[0]} is for action impair"]
+    if action == "impair" and not (spec.delay_ms or spec.loss_percent):
+        return ["impair needs delay_ms or loss_percent"]
+    if spec.jitter_ms and not spec.delay_ms:
+        return ["jitter_ms needs delay_ms"]
+    return []
 
 
 class ImpairmentSpec(Strict):

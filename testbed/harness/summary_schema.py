@@ -146,7 +146,9 @@ class RunSummary(Record):
                                                           "hosts' TCP, anycast")
     results: dict[str, dict[str, Any]] = Field(description="per setup: what the experiment "
                                                            "measured, with dir, bring_up, "
-                                                           "openflow and failures")
+                                                           "openflow, and with a failure "
+                                                           "schedule failures and "
+                                                           "fault_windows")
     verdict: VerdictRecord | None
     rows: list[RowRecord] = Field(default_factory=list, description="the printed summary")
     plots: list[Plot] = Field(default_factory=list)
@@ -339,6 +341,10 @@ def read_summary(run_dir: Path) -> dict:
     data = read_json(path)
     if not isinstance(data, dict):
         raise ConfigError(named(path), "not a run summary (a JSON object)")
+    kind = data.get("kind", RUN)
+    if kind not in (RUN, REPEAT):
+        raise ConfigError(named(path), f"a summary of kind {short(kind)}, not of a run or a "
+                          "repeated run")
     version = data.get("schema_version")
     if type(version) is not int or version not in READABLE_VERSIONS:
         provenance = data.get("provenance")

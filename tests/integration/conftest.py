@@ -3,7 +3,6 @@ root and run one at a time; without root they fail (they are never silently skip
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.chaos.leftovers import OURS  # the testbed's command lines, one pattern
 from testbed.harness.run import machine
 from testbed.interactive.session import SessionState
 
@@ -62,9 +62,6 @@ def ledger():
         yield ledger
 
 
-OURS = re.compile(r"testbed\.controllers\.apps\.launcher|testbed\.traffic\.|mnexec|iperf3|mininet:|"
-                  r"/run/testbed/ovs/|"  # the run's own ovsdb-server and ovs-vswitchd
-                  r"testbed\.harness\.session")  # the holder of a fabric `testbed up` keeps
 
 
 def running_processes():

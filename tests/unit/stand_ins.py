@@ -150,6 +150,8 @@ class StandInNetwork:
         self.stopped = False
         self.marking = self.pfc = None
         self.controller = SimpleNamespace(port=6653)
+        self.vital: list = []  # (name, process) pairs the watchdog watches
+        self.workload_ended = False
         Path(workdir).mkdir(parents=True, exist_ok=True)
         fabric.dump_json(Path(workdir) / "fabric.json")  # as the network writes it
         StandInNetwork.made.append(self)
@@ -171,6 +173,12 @@ class StandInNetwork:
     def set_link(self, a, b, up):
         self.links_set.append((a, b, up))
         return 1.5
+
+    def vital_daemons(self):
+        return list(self.vital)
+
+    def end_workload(self):
+        self.workload_ended = True
 
     def popen(self, host, argv, **kwargs):
         self.started.append((host, argv))
@@ -230,6 +238,16 @@ class TwoFabrics(StandInExperiment):
         return [Setup("narrow", self.fabric(rate_mbit=1.0)), Setup("wide", self.fabric())]
 
 
+class StandInLedger:
+    """The run ledger as far as the harness writes to it during a run: the phases it
+    enters, in order (``StandInLedger.phases``, across ledgers)."""
+
+    phases: list[str] = []
+
+    def set_phase(self, phase: str) -> None:
+        StandInLedger.phases.append(phase)
+
+
 @pytest.fixture
 def standins(monkeypatch):
     """The machine's lock and ledger (and the root and Mininet check before them),
@@ -240,10 +258,11 @@ def standins(monkeypatch):
     @contextmanager
     def machine(run_id, log=print):
         held.append(run_id)
-        yield "ledger"
+        yield StandInLedger()
 
     StandInNetwork.made = []
     StandInExperiment.runs = []
+    StandInLedger.phases = []
     monkeypatch.setattr(StandInExperiment, "fail_with", None)
     monkeypatch.setattr(testbed.harness.run, "machine", machine)
     monkeypatch.setattr(testbed.harness.run, "check_can_build", lambda: None)

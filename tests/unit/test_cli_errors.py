@@ -288,7 +288,8 @@ def not_root(monkeypatch):
 
 @pytest.mark.parametrize("argv", [["clean"], ["down"], ["cli"], ["calibrate"],
                                   ["exec", "p0e0h0", "--", "true"], ["up"], ["run"],
-                                  ["bench", "--output", "OUT/bench.json"]])
+                                  ["bench", "--output", "OUT/bench.json"],
+                                  ["chaos", "--seed", "1"]])
 def test_root_commands_refuse_a_user_with_one_line_and_exit_2(capsys, not_root, runs_refused,
                                                               tmp_path, monkeypatch, argv):
     monkeypatch.chdir(tmp_path)

@@ -58,6 +58,12 @@ FOLDER_MAKERS = {
     ("testbed/capacity/bench.py", "anycast_times"): "run folder of bench --output",
     ("testbed/capacity/bench.py", "run_bench"): "user-named: the folder of bench --output",
     ("testbed/capacity/calibrate.py", "save_calibration"): "calibration",
+    ("testbed/chaos/command.py", "cmd_chaos"):
+        "run folder in the results folder: the suite's chaos-<stamp>-seed<N>/",
+    ("testbed/chaos/suite.py", "results_folder"):
+        "the suite's folder: mnt/, where a trial's tmpfs is mounted",
+    ("testbed/chaos/suite.py", "Suite.run_trial"): "the suite's folder: trials/<trial>/",
+    ("testbed/chaos/suite.py", "Suite.observe"): "the suite's folder: a trial's next/",
     ("testbed/cli.py", "cmd_topo"): "results folder (the default drawing's)",
     ("testbed/cli.py", "cmd_up"): "run folder in the results folder",
     ("testbed/experiments/dctcp/replot.py", "replot"): "run folder (user-named): plots/",
@@ -65,7 +71,7 @@ FOLDER_MAKERS = {
     ("testbed/harness/repeat.py", "finish_repeat"): "a repeat's folder: plots/",
     ("testbed/harness/run.py", "write_config"): "run folder in the results folder",
     ("testbed/harness/run.py", "bring_up"): "run folder: setups/<name>/",
-    ("testbed/harness/run.py", "finish"): "run folder: plots/",
+    ("testbed/harness/run.py", "write_results"): "run folder: plots/",
     ("testbed/interactive/session.py", "SessionState.save"): "run state",
     ("testbed/lab/index.py", "write_index"): "results folder: labs/ (the labs' index)",
     ("testbed/lab/runner.py", "run_lab"): "run folder in the results folder: labs/<lab>/",

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
 from testbed.harness.experiment import Experiment, Params, SetupRun
-from testbed.drive.ranks import all_ranks_window, collect_ranks, window_of
+from testbed.drive.ranks import RANK_TIMEOUT_S, all_ranks_window, collect_ranks, window_of
 from testbed.experiments.roce_common.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
 from testbed.measure.stats import jain_index
 from testbed.model.rows import Number, Row
@@ -55,6 +55,9 @@ class AllReduceParams(Params):
     transport: Literal["tcp", "roce"] = Field("tcp", description="TCP connections, or RoCE "
                                               "QPs (RDMA WRITE into the peer's registered "
                                               "buffer) paced at the link rate per channel")
+    timeout_s: float = Field(RANK_TIMEOUT_S, gt=0, le=86_400, description="seconds the "
+                             "ranks may take, from their start; a rank still running then "
+                             "fails the run, named (a stopped one as stopped)")
 
     @field_validator("size_bytes")
     @classmethod
@@ -128,7 +131,7 @@ class AllReduce(Experiment):
                     procs.append(run.net.popen(host.name, argv, stdout=subprocess.PIPE,
                                                stderr=err))
             results = collect_ranks(procs, run.workdir, run.progress, p.warmup + p.iters,
-                                    "AllReduce iterations")
+                                    "AllReduce iterations", timeout_s=p.timeout_s)
         summary = summarise(results, p.size_bytes, self.rate_mbit)
         summary["transport"] = p.transport
         if summary["channels_used"] < p.channels:
@@ -221,15 +224,19 @@ class AllReduce(Experiment):
         samples = json.loads((run_dir / "samples.json").read_text())
         title = (f"{title} | {self.algorithm_name()} AllReduce busbw "
                  f"{r['busbw_mbit_s']:.2f} Mbit/s")
+        faults = r.get("fault_windows")  # the failure schedule's, shaded on the timelines
+        t0_monotonic_s = (r["timed_window_monotonic_s"][0] - samples["window_s"][0]
+                          if faults else None)  # the samples' zero
         paths = [
             plots.plot_timeseries(samples, samples["window_s"], self.rate_mbit, fabric, title,
-                                  folder / "link_rates.png"),
+                                  folder / "link_rates.png", faults, t0_monotonic_s),
             plots.plot_utilisation(r["link_utilisation"], fabric, title,
                                    folder / "link_utilisation.png"),
         ]
         openflow = plots.plot_openflow_utilisation(fabric, run_dir / PORT_STATS_FILE,
                                                    r["timed_window_monotonic_s"], title,
-                                                   folder / "openflow_link_utilisation.png")
+                                                   folder / "openflow_link_utilisation.png",
+                                                   faults=faults)
         if openflow is not None:
             paths.append(openflow)
         depth = run_dir / "queue_depth.json"

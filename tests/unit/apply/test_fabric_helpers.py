@@ -92,3 +92,66 @@ def test_ovs_transaction_creates_each_bridge_once_with_numbered_ports():
     assert args.count("qos=@noop") == args.count("add-port")
     assert "tcp:127.0.0.1:6653" in args and "fail_mode=secure" in args
     assert "other-config:datapath-id=0000000100000000" in args
+
+
+# --- what a failure schedule asks of a running fabric ----------------------------------------
+
+
+def test_a_links_ends_say_which_namespace_holds_each():
+    from testbed.apply.network import link_ends
+
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    assert link_ends(fabric, "p0e0h0", "p0e0") == [("p0e0h0-eth0", "p0e0h0", 6.0),
+                                                   ("p0e0-eth1", None, 6.0)]
+    assert [host for _, host, _ in link_ends(fabric, "p0a0", "p0e0")] == [None, None]
+
+
+def impairable(monkeypatch, impairments=None, loss=None):
+    """A FabricNetwork's state as far as impair_link reads it, with tc recorded."""
+    from types import SimpleNamespace
+
+    import testbed.apply.network as network
+
+    ran = []
+    monkeypatch.setattr(network, "run_tool", lambda argv, stdin=None, what="": ran.append(argv))
+    net = SimpleNamespace(fabric=fat_tree(4, host_rate_mbit=6.0), impairments=impairments or {},
+                          loss=loss, pid=lambda host: 4242)
+    net.in_namespace = lambda host, argv: network.FabricNetwork.in_namespace(net, host, argv)
+    return net, ran
+
+
+def test_a_scheduled_impairment_changes_the_netem_in_place_at_both_ends(monkeypatch):
+    from testbed.apply.network import FabricNetwork
+
+    idle = Impairment(scheduled=True)
+    net, ran = impairable(monkeypatch, {"p0e0h0-eth0": idle, "p0e0-eth1": idle})
+    FabricNetwork.impair_link(net, "p0e0h0", "p0e0", Impairment(loss_percent=2))
+    FabricNetwork.impair_link(net, "p0e0h0", "p0e0", None)
+    assert ran[0][:3] == ["nsenter", "--net=/proc/4242/ns/net", "tc"]  # the host's end
+    assert ran[0][3:7] == ["qdisc", "change", "dev", "p0e0h0-eth0"] and ran[0][-2:] == ["loss", "2%"]
+    assert ran[1][:5] == ["tc", "qdisc", "change", "dev", "p0e0-eth1"]
+    assert ran[2][-2:] == ["limit", "1000"] and ran[3][-2:] == ["limit", "1000"]  # back to idle
+
+
+def test_without_netem_a_scheduled_loss_reconfigures_the_loss_program(monkeypatch):
+    from testbed.apply.network import FabricNetwork
+    from testbed.plan.loss_plan import Loss
+
+    class Loss_:
+        def __init__(self):
+            self.set = []
+
+        def has(self, intfs):
+            return set(intfs) <= {"p0a0-eth1", "p0e0-eth3"}
+
+        def set_loss(self, intfs, loss):
+            self.set.append((intfs, loss))
+
+    loss = Loss_()
+    net, ran = impairable(monkeypatch, loss=loss)
+    FabricNetwork.impair_link(net, "p0e0", "p0a0", Impairment(loss_percent=5))
+    FabricNetwork.impair_link(net, "p0e0", "p0a0", None)
+    assert loss.set == [(["p0e0-eth3", "p0a0-eth1"], Loss(0.05)),
+                        (["p0e0-eth3", "p0a0-eth1"], None)] and ran == []
+    with pytest.raises(Exception, match="the link p0e1-p0a1 was not prepared for an impairment"):
+        FabricNetwork.impair_link(net, "p0e1", "p0a1", None)

@@ -219,8 +219,8 @@ def test_the_schedule_stops_with_the_workload_and_records_failures():
                                FailureEvent(30.0, "switch_up", switch="s1")],
                          log=lambda m: None) as schedule:
         time.sleep(0.1)
-    assert schedule.applied == [{"at_s": 0.0, "event": "link_down a-b",
-                                 "error": "no such interface"}]
+    assert schedule.applied == [{"at_s": 0.0, "event": "link_down a-b", "action": "link_down",
+                                 "target": "a-b", "error": "no such interface"}]
     assert net.calls == []  # the switch event never came: the block ended first
 
 

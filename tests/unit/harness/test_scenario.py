@@ -55,7 +55,7 @@ def test_good_file(tmp_path):
     assert (e.name, e.rate_mbit, e.mtu_bytes) == ("allreduce", 8.5, 1500)
     assert e.params.model_dump() == {"size_bytes": 4096, "channels": 2, "warmup": 0, "iters": 5,
                                      "expect_busbw_fraction": 0.9, "algorithm": "ring",
-                                     "transport": "tcp"}
+                                     "transport": "tcp", "timeout_s": 600.0}
     (setup,) = resolved.setups
     assert setup.fabric.kind == "fattree" and len(setup.fabric.hosts) == 2
     assert setup.routing == "single" and setup.queue is None

@@ -8,14 +8,14 @@ BPF_BUILD ?= build/bpf
 BPF_CFLAGS := -O2 -g -Wall -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
 
 .DEFAULT_GOAL := help
-.PHONY: help install bpf run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit lint-imports test-integration vm-test bench dctcp incast pfc-demo lab doctor clean topo
+.PHONY: help install bpf chaos run-fattree run-spineleaf run-clos run-dragonfly run-nvswitch run-rail run-anycast test test-unit lint-imports test-integration vm-test bench dctcp incast pfc-demo lab doctor clean topo
 
 help:  ## list the targets
 	@echo "AI data-center fabric testbed"
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-install:  ## install packages and the venv (idempotent; root; TESTBED_EXTRAS=torch adds torch)
+install:  ## install packages and the venv (idempotent; root to install, then any user; TESTBED_EXTRAS=torch adds torch)
 	@bash scripts/install.sh
 
 bpf: $(BPF_BUILD)/ecn_marker.o $(BPF_BUILD)/loss.o  ## compile-check the eBPF programs (clang; no root; runs build their own copy in the cache dir)
@@ -75,6 +75,9 @@ dctcp: install  ## DCTCP micro-benchmark: 2 and 8 senders, drop-tail vs ECN at K
 
 lab: install  ## every teaching lab, then results/labs/index.html (root; LAB_SHORT=1 runs the shortened forms, as CI does)
 	$(TESTBED) lab run all $(if $(filter 1,$(LAB_SHORT)),--short)
+
+chaos: install  ## faults on purpose, every outcome checked (root; ARGS="--profile ci --seed N"; docs/reliability-faults.md)
+	$(TESTBED) chaos $(ARGS)
 
 doctor: install  ## what this machine can do, and the path each feature takes
 	$(TESTBED) doctor

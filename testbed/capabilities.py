@@ -7,7 +7,9 @@ detects instead of assuming (docs/platforms.md).
 Compute, then apply: ``probe_capabilities`` and ``choose_paths`` are pure functions of plain
 inputs (kernel config, module names, congestion-control names, tool presence) and are unit
 tested without root. ``detect`` is the thin layer that reads those inputs from /proc, /boot,
-/lib/modules and PATH; it changes nothing on the machine.
+/lib/modules, PATH (with the system's sbin folders, which an ordinary user's PATH lacks) and
+the Python it runs in (Mininet is a Python package: it counts only when it imports); it
+changes nothing on the machine.
 
 Availability rule for a kernel feature, first match wins:
   1. its module is loaded                                    -> available
@@ -97,11 +99,12 @@ KERNEL_FEATURES: tuple[KernelFeature, ...] = (
     KernelFeature("ip_route_multipath", "CONFIG_IP_ROUTE_MULTIPATH"),
 )
 
-# Capability name -> command looked up on PATH. ``probe_capabilities`` takes ``tools`` keyed
-# by these commands.
+# Capability name -> command looked up on PATH and in SYSTEM_BIN_DIRS, or (MININET_MODULE) a
+# Python module that must import. ``probe_capabilities`` takes ``tools`` keyed by these.
+MININET_MODULE = "mininet.node"
 TOOL_COMMANDS: dict[str, str] = {
     "ovs_vswitchd": "ovs-vswitchd",
-    "mininet": "mn",
+    "mininet": MININET_MODULE,
     "iperf3": "iperf3",
     "tcpdump": "tcpdump",
     "tshark": "tshark",
@@ -110,6 +113,10 @@ TOOL_COMMANDS: dict[str, str] = {
     "tc": "tc",
     "bpftool": "bpftool",
 }
+
+PYTHON_MODULES = frozenset({MININET_MODULE})
+# Where tc, ethtool, bpftool and ovs-vswitchd live; root's PATH has them, a user's often not.
+SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 PFC_PATH = "tbf-pause-agent"  # per-class tbf queues paused by real 802.1Qbb frames (testbed.apply.pfc_agent)
 ECN_PATH_RED = "red-qdisc"
@@ -294,8 +301,8 @@ def probe_capabilities(
     module_files: module basenames found on disk, without .ko/.ko.xz/.ko.zst.
     builtin_modules: module names modules.builtin lists (built into the kernel).
     congestion_available: names from tcp_available_congestion_control.
-    tools: command name (a value of TOOL_COMMANDS, e.g. "mn") -> found on PATH;
-        a missing key counts as not found.
+    tools: command or module name (a value of TOOL_COMMANDS, e.g. "tc") -> found on PATH
+        (a module: imports); a missing key counts as not found.
     Returns capabilities keyed by name, kernel features first, in report order.
     """
     loaded = {name.replace("-", "_") for name in loaded_modules}
@@ -308,7 +315,11 @@ def probe_capabilities(
         )
     for name, command in TOOL_COMMANDS.items():
         found = tools.get(command, False)
-        caps[name] = Capability(name, found, f"{command} {'on' if found else 'not on'} PATH")
+        if command in PYTHON_MODULES:
+            detail = f"import {command} {'works' if found else 'fails'}"
+        else:
+            detail = f"{command} {'on' if found else 'not on'} PATH"
+        caps[name] = Capability(name, found, detail)
     caps["ovs_userspace_tso"] = userspace_tso_capability(ovs_version, kernel_release)
     return caps
 
@@ -486,7 +497,9 @@ def detect() -> Platform:
         congestion_available=parse_congestion_available(
             _read_text(TCP_CONGESTION_AVAILABLE) or ""
         ),
-        tools={command: shutil.which(command) is not None for command in TOOL_COMMANDS.values()},
+        tools={command: (import_problem(command) is None if command in PYTHON_MODULES
+                         else find_tool(command) is not None)
+               for command in TOOL_COMMANDS.values()},
         ovs_version=ovs_vswitchd_version(),
         kernel_release=release,
         builtin_modules=read_builtin_modules(release),
@@ -494,12 +507,38 @@ def detect() -> Platform:
     return Platform(kernel_release=release, capabilities=caps, paths=choose_paths(caps))
 
 
+def tool_search_path(path: str | None = None) -> str:
+    """PATH (``path``, else this process's) with the system's sbin folders after it."""
+    given = [d for d in (os.environ.get("PATH", "") if path is None else path).split(os.pathsep)
+             if d]
+    return os.pathsep.join([*given, *(d for d in SYSTEM_BIN_DIRS if d not in given)])
+
+
+def find_tool(command: str) -> str | None:
+    """The full path of ``command`` on PATH or in the sbin folders, None when absent."""
+    return shutil.which(command, path=tool_search_path())
+
+
+def import_problem(module: str) -> str | None:
+    """None when ``module`` imports in this Python, else why not (one line)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any failure to import makes it unusable
+        return f"cannot import {module}: {' '.join(str(exc).split()) or type(exc).__name__}"
+    return None
+
+
 def ovs_vswitchd_version() -> str | None:
     """``3.1.0`` from ``ovs-vswitchd --version``; None without Open vSwitch."""
     import subprocess
 
+    vswitchd = find_tool("ovs-vswitchd")
+    if vswitchd is None:
+        return None
     try:
-        out = subprocess.run(["ovs-vswitchd", "--version"], capture_output=True, text=True,
+        out = subprocess.run([vswitchd, "--version"], capture_output=True, text=True,
                              timeout=5).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None

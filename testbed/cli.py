@@ -3,10 +3,13 @@
     testbed run SCENARIO [--set FIELD=VALUE ...]   any experiment, from a scenario file
     testbed EXPERIMENT [--its-params ...]          the same, from flags (one subcommand per
                                                    experiment in testbed.experiments.registry)
+    testbed run SCENARIO --repeat N                N runs, each on a fresh fabric, as one result
     testbed report RUN_DIR [RUN_DIR ...]           a run's verdict, or several side by side
+    testbed list                                   bundled scenarios, topologies, experiments
     testbed schema [--write]                       the scenario JSON schema
     testbed topo | doctor | clean | bench          describe, inspect, recover, measure
     testbed calibrate                              the highest rate this machine holds
+    testbed chaos [--profile ci] [--seed N]        faults on purpose, each outcome checked
 
     testbed up [SCENARIO] [--setup NAME] [...]     bring a fabric up and keep it up
     testbed status [--json]                        what is up
@@ -16,10 +19,12 @@
 
 Exit status: 0 the run completed, every judged check passed and the emulator kept up; 1 a
 check failed or the emulator did not keep up (``--accept-failed`` / ``--accept-untrusted``
-accept that); 2 bad input (every problem printed, one per line, naming its field); 3 the run
-failed; 130 interrupted (everything the run created has been removed). ``testbed exec``
-exits with its command's status; ``testbed cli`` with 1 when a command failed; ``testbed
-status`` with 1 when no fabric is up.
+accept that); 2 bad input, or a command that cannot start here (not root, Mininet missing):
+every problem printed, one per line, naming its field, and nothing made; 3 the run failed; 4
+an internal error (a bug: one line naming it, its traceback with ``--debug``); 130
+interrupted (everything the run created has been removed). ``testbed report RUN_DIR`` exits
+as the run did (0 or 1). ``testbed exec`` exits with its command's status; ``testbed cli``
+with 1 when a command failed; ``testbed status`` with 1 when no fabric is up.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import argparse
 import json
 import sys
 import typing
+from pathlib import Path
 
 from testbed.apply.network import check_root
 from testbed.apply.rxe_probe import probe_platform
@@ -34,13 +40,18 @@ from testbed.apply.state import Ledger, RunLock, clean, process_start_ticks
 from testbed.capabilities import DATAPATH_ENV, USERSPACE_DATAPATH, detect
 from testbed.capacity.bench import run_bench
 from testbed.capacity.calibrate import calibrate
-from testbed.errors import ConfigError, TestbedError
+from testbed.chaos.command import add_arguments as add_chaos_arguments, cmd_chaos
+from testbed.cli_help import arrange_help, listing
+from testbed.errors import ConfigError, TestbedError, UsageError, short, shown
 from testbed.experiments.registry import experiment_classes, json_schema, load, validate
+from testbed.harness import summary_schema
 from testbed.harness.console import doctor_report, print_rows, print_summary, table_text
-from testbed.harness.provenance import version_line
-from testbed.harness.report import compare, load_summary
-from testbed.harness.run import machine, new_run_id, run_scenario
+from testbed.harness.provenance import SOURCE_ROOT, version_line
+from testbed.harness.repeat import run_repeated
+from testbed.harness.report import compare, gate_reasons, load_summary
+from testbed.harness.run import check_can_build, machine, new_run_id, run_scenario
 from testbed.harness.scenario import SCHEMA_PATH
+from testbed.harness.yaml_input import YamlInputError, load_text
 from testbed.interactive import session
 from testbed.interactive.attach import SessionState, exec_argv
 from testbed.interactive.live import choose_setup
@@ -51,6 +62,7 @@ from testbed.model.topology import build
 from testbed.model.topology.describe import describe, description_rows, draw
 
 EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_INTERNAL = 4  # a bug in the testbed, never a verdict, bad input or a failed run
 DEFAULT_SCENARIO = "fattree-allreduce"
 # Flags of ``testbed run`` kept from its first version: flag -> scenario field.
 RUN_FLAGS = {"rate_mbit": "link_rate_mbit", "mtu": "mtu_bytes", "routing": "routing",
@@ -59,19 +71,20 @@ RUN_FLAGS = {"rate_mbit": "link_rate_mbit", "mtu": "mtu_bytes", "routing": "rout
              "warmup": "params.warmup", "channels": "params.channels"}
 
 
-def parse_params(items: list[str]) -> dict:
-    """``k=4 rate=10`` -> {"k": 4, "rate": 10}; values are YAML scalars."""
-    import yaml
-
+def parse_params(items: list[str], flag: str = "") -> dict:
+    """``k=4 rate=10`` -> {"k": 4, "rate": 10}; values are YAML (testbed.harness.yaml_input:
+    ``1e9`` a number, ``yes`` a string, within its bounds). An error names ``flag`` (the
+    option the items came from), if given, and the item."""
     params = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(item, "expected key=value")
+            raise ConfigError(f"{flag} {shown(item)}".strip(), "expected key=value")
         try:
-            params[key] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ConfigError(key, f"cannot parse value {value!r}") from None
+            params[key] = load_text(value)
+        except YamlInputError as exc:
+            raise ConfigError(f"{flag} {shown(key)}".strip(), f"cannot parse value "
+                              f"{short(value)}: {exc.problem}") from None
     return params
 
 
@@ -80,21 +93,49 @@ def run_overrides(args) -> dict:
     overrides = {field: getattr(args, flag) for flag, field in RUN_FLAGS.items()
                  if getattr(args, flag, None) is not None}
     if args.topology or args.param:
-        overrides["topology"] = {"name": args.topology or "fattree", **parse_params(args.param)}
-    overrides.update(parse_params(args.set))
+        overrides["topology"] = {"name": args.topology or "fattree",
+                                 **parse_params(args.param, "--param")}
+    overrides.update(parse_params(args.set, "--set"))
     return overrides
 
 
+def run_origins(args) -> dict[str, str]:
+    """Dotted scenario field -> the flag of ``testbed run`` or ``up`` that set it: a problem
+    in it names the flag, not a line of the scenario file."""
+    origins = {field: "--" + flag.replace("_", "-") for flag, field in RUN_FLAGS.items()
+               if getattr(args, flag, None) is not None}
+    if args.topology or args.param:
+        origins["topology"] = "--topology" if args.topology else "--param"
+    if args.topology:
+        origins["topology.name"] = "--topology"
+    for flag, prefix, items in (("--param", "topology.", args.param), ("--set", "", args.set)):
+        for item in items:
+            key = item.partition("=")[0]
+            origins[prefix + key] = f"{flag} {shown(key)}"
+    return origins
+
+
 def execute(resolved, args) -> int:
-    """Run a resolved scenario, print its summary, and turn the outcome into an exit status."""
+    """Run a resolved scenario (``--repeat`` times), print its summary, and turn the outcome
+    into an exit status."""
     log = (lambda m: None) if args.quiet else (lambda m: print(f"[testbed] {m}", flush=True))
+    if getattr(args, "repeat", None) is not None:
+        return execute_repeated(resolved, args, log)
     outcome = run_scenario(resolved, log=log)
     print_summary(outcome.summary)
     return outcome.exit_status(args.accept_failed, args.accept_untrusted)
 
 
+def execute_repeated(resolved, args, log) -> int:
+    """``--repeat N``: N runs, each on a fresh fabric; one summary with every number's
+    spread; exit 0 only when every run passed (with the same acceptances)."""
+    outcome = run_repeated(resolved, args.repeat, log=log)
+    print_summary(outcome.summary)
+    return outcome.exit_status(args.accept_failed, args.accept_untrusted)
+
+
 def cmd_run(args) -> int:
-    resolved = load(args.scenario or DEFAULT_SCENARIO, run_overrides(args))
+    resolved = load(args.scenario or DEFAULT_SCENARIO, run_overrides(args), run_origins(args))
     return execute(resolved, args)
 
 
@@ -102,46 +143,99 @@ def cmd_experiment(args) -> int:
     """An experiment from flags: its defaults, with what the flags set."""
     data: dict = {"name": args.name or args.experiment, "experiment": args.experiment,
                   "params": {}}
+    origins = {"name": "--name"} if args.name else {}
     for field in args.param_fields:
         value = getattr(args, field)
         if value is not None:
             data["params"][field] = value
+            origins[f"params.{field}"] = "--" + field.replace("_", "-")
     for flag, field in (("rate_mbit", "link_rate_mbit"), ("mtu", "mtu_bytes"),
                         ("results", "results_dir"), ("seed", "seed")):
         if getattr(args, flag) is not None:
             data[field] = getattr(args, flag)
-    return execute(validate(data, f"testbed {args.experiment}"), args)
+            origins[field] = "--" + flag.replace("_", "-")
+    return execute(validate(data, f"testbed {args.experiment}", origins=origins), args)
 
 
 def cmd_report(args) -> int:
-    from pathlib import Path
+    """One run's (or repeated run's) summary again, exiting as it did (0 passed, 1 not), or
+    several side by side (exit 0); with ``--require-pass``, one line per reason and exit 1
+    when any of them failed, was not trusted or stopped."""
+    summaries = [load_summary(Path(d)) for d in args.run_dirs]
+    if len(summaries) == 1:
+        print_summary(summaries[0])
+    else:
+        print_rows(compare([Path(d) for d in args.run_dirs]))
+    if not args.require_pass and len(summaries) > 1:
+        return EXIT_OK
+    reasons = [reason for summary in summaries for reason in gate_reasons(summary)]
+    if args.require_pass:
+        for reason in reasons:
+            print(f"not passed: {reason}")
+    return EXIT_VERDICT if reasons else EXIT_OK
 
-    if len(args.run_dirs) == 1:
-        print_summary(load_summary(Path(args.run_dirs[0])))
-        return 0
-    print_rows(compare([Path(d) for d in args.run_dirs]))
-    return 0
+
+def cmd_list(args) -> int:
+    print(listing())
+    return EXIT_OK
 
 
 def cmd_schema(args) -> int:
-    text = json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
-    if args.write:
-        SCHEMA_PATH.write_text(text)
-        print(f"wrote {SCHEMA_PATH}")
-    else:
+    schema, path = ((summary_schema.json_schema(), summary_schema.SCHEMA_PATH) if args.summary
+                    else (json_schema(), SCHEMA_PATH))
+    text = json.dumps(schema, indent=1, sort_keys=True) + "\n"
+    if args.write is None:
         sys.stdout.write(text)
-    return 0
+        return EXIT_OK
+    target = Path(args.write) if args.write else checkout_path(path)
+    if target is None:
+        raise ConfigError("--write", "this testbed is installed, not a checkout: name a file "
+                          "(--write PATH) or redirect the printed schema")
+    write_output("--write", target, text)
+    print(f"wrote {target}")
+    return EXIT_OK
+
+
+def checkout_path(path: Path) -> Path | None:
+    """``path`` (a file of the source tree) when this testbed runs from a checkout, None when
+    it is installed."""
+    return path if (SOURCE_ROOT / ".git").exists() else None
+
+
+def output_folder(flag: str, path: Path) -> None:
+    """Refuse an output path whose folder does not exist (one line naming ``flag``): the
+    testbed creates no folders but its own."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(flag, f"no folder {str(folder)!r} for {str(path)!r}: create it first")
+
+
+def write_output(flag: str, path: Path, text: str) -> None:
+    """``text`` into ``path`` in an existing folder, or one line naming ``flag``."""
+    output_folder(flag, path)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise ConfigError(flag, f"cannot write {str(path)!r}: {exc.strerror}") from None
 
 
 def cmd_topo(args) -> int:
     if args.draw is not None and "=" in args.draw:
         raise ConfigError("--draw", f"expected a PNG or SVG path, got {args.draw!r}; put --draw "
                           "after the parameters")
+    drawing = Path(args.draw or f"results/topo-{args.name}.png")
+    if args.draw:
+        output_folder("--draw", drawing)
     fabric = build(args.name, **parse_params(args.param))
     info = describe(fabric)
     print(json.dumps(info, indent=1) if args.json else table_text(description_rows(info)))
     if args.draw is not None:
-        path = draw(fabric, args.draw or f"results/topo-{args.name}.png")
+        if not args.draw:
+            drawing.parent.mkdir(exist_ok=True)  # the results folder
+        try:
+            path = draw(fabric, drawing)
+        except OSError as exc:
+            raise ConfigError("--draw", f"cannot write {str(drawing)!r}: {exc.strerror}") from None
         print(f"drawing: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
@@ -149,7 +243,6 @@ def cmd_topo(args) -> int:
 def cmd_doctor(args) -> int:
     platform, probed, line = detect(), None, ""
     if args.probe:  # softRoCE between namespaces, by trying (testbed.apply.rxe_probe)
-
         platform, probed, line = probe_platform(platform, machine)
     print(doctor_report(platform))
     if line:
@@ -185,13 +278,11 @@ def clean_machine() -> None:
 
 def cmd_up(args) -> int:
     """Bring a scenario's fabric up in a holder process and return once it is ready."""
-    from pathlib import Path
-
     source = args.scenario or DEFAULT_SCENARIO
     overrides = run_overrides(args)
-    resolved = load(source, overrides)
+    resolved = load(source, overrides, run_origins(args))
     setup = choose_setup(resolved, args.setup)
-    check_root()
+    check_can_build()
     with RunLock("up"):
         pass  # refused here, before anything is made, when the machine is busy
     run_id = new_run_id(resolved.scenario.name)
@@ -319,6 +410,13 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"testbed: error: {message} (see `{self.prog} --help`)\n")
 
 
+def add_repeat_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeat", type=int, metavar="N",
+                        help="run N times, each on a fresh fabric; one summary gives every "
+                             "number's median, min, max and N, and passes only when every run "
+                             "passed")
+
+
 def add_outcome_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accept-failed", action="store_true",
                         help="exit 0 even when a check failed")
@@ -327,9 +425,24 @@ def add_outcome_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
 
 
+BOOLEAN_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def strict_bool(text: str) -> bool:
+    """A boolean flag's value: true or false (also yes/no, 1/0, in any case); anything else,
+    a typo such as ``ture`` included, is refused rather than taken as false."""
+    value = BOOLEAN_WORDS.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
 def comma_list(text: str) -> list:
     """``1,3,7`` -> [1, 3, 7]: each item a YAML scalar."""
-    return [parse_params([f"v={item}"])["v"] for item in text.split(",") if item]
+    try:
+        return [parse_params([f"v={item}"])["v"] for item in text.split(",") if item]
+    except ConfigError as exc:  # argparse names the flag
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 class Flatten(argparse.Action):
@@ -355,8 +468,8 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
         parser.add_argument(*flags, dest=name, type=comma_list, nargs="+", action=Flatten,
                             metavar="A,B,...", help=help_text)
     elif base is bool:
-        parser.add_argument(*flags, dest=name, type=lambda s: s.lower() in ("1", "true", "yes"),
-                            metavar="true|false", help=help_text)
+        parser.add_argument(*flags, dest=name, type=strict_bool, metavar="true|false",
+                            help=help_text)
     elif typing.get_origin(base) is typing.Literal:  # e.g. Literal[1024, 2048, 4096]
         choices = typing.get_args(base)
         parser.add_argument(*flags, dest=name, type=type(choices[0]), choices=choices,
@@ -369,7 +482,8 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
 def add_experiment_commands(sub) -> None:
     """``testbed NAME`` for every registered experiment, its flags from its Params."""
     for name, cls in sorted(experiment_classes().items()):
-        parser = sub.add_parser(name, help=f"{cls.title}: {cls.reproduces}"[:150])
+        parser = sub.add_parser(name, help=cls.title,
+                                description=f"{cls.title}: {cls.reproduces}")
         fields = cls.Params.model_fields
         aliases: dict[str, list[str]] = {}
         for alias, field in cls.cli_aliases.items():  # flags kept from earlier versions
@@ -383,6 +497,7 @@ def add_experiment_commands(sub) -> None:
         parser.add_argument("--results", help="results folder (default results)")
         parser.add_argument("--name", help="run name (part of the run id)")
         parser.add_argument("--seed", type=int, help="random seed (default 1)")
+        add_repeat_flag(parser)
         add_outcome_flags(parser)
         parser.set_defaults(func=cmd_experiment, experiment=name, param_fields=list(fields))
 
@@ -390,11 +505,12 @@ def add_experiment_commands(sub) -> None:
 def add_fabric_flags(parser: argparse.ArgumentParser) -> None:
     """The scenario flags ``testbed run`` and ``testbed up`` share."""
     parser.add_argument("scenario", nargs="?", help=f"scenario YAML or bundled name (default "
-                        f"{DEFAULT_SCENARIO}; see scenarios/)")
+                        f"{DEFAULT_SCENARIO}; `testbed list` shows the bundled ones)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any scenario field, e.g. --set params.size_bytes=4194304 "
                              "(repeatable)")
-    parser.add_argument("--topology", help="topology family, e.g. fattree")
+    parser.add_argument("--topology", help="topology family, e.g. fattree (`testbed list` "
+                        "shows them)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="topology parameter, e.g. --param k=4 (repeatable)")
     parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s")
@@ -436,11 +552,23 @@ def add_lab_commands(sub) -> None:
                                  "(labs/)"))
 
 
+def add_chaos_command(sub) -> None:
+    """``testbed chaos``: faults on purpose, counted (testbed.chaos)."""
+    chaos = sub.add_parser("chaos", help="inject faults into runs (kills, flaps, full disks, "
+                           "SIGKILLs in every phase) and check each ends as the fault table "
+                           "says")
+    add_chaos_arguments(chaos)
+    chaos.set_defaults(func=cmd_chaos)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineErrors(prog="testbed", description="AI data-center fabric testbed",
                        epilog="exit status: 0 passed, 1 a check failed or the emulator did not "
-                              "keep up, 2 bad input, 3 the run failed, 130 interrupted")
+                              "keep up, 2 bad input (nothing made), 3 the run failed, 4 an "
+                              "internal error, 130 interrupted")
     ap.add_argument("--version", action="version", version=version_line())
+    ap.add_argument("--debug", action="store_true",
+                    help="show the traceback of an internal error (exit status 4)")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineErrors)
 
     run = sub.add_parser("run", help="run a scenario (a YAML file, or a bundled scenario's name)")
@@ -452,22 +580,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="random seed")
     run.add_argument("--results", help="results folder (default results/)")
     run.add_argument("--name", help="run name (part of the run id)")
+    add_repeat_flag(run)
     add_outcome_flags(run)
     run.set_defaults(func=cmd_run)
 
     add_experiment_commands(sub)
 
-    report = sub.add_parser("report", help="print a run's verdict, or compare runs side by side")
-    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    report.set_defaults(func=cmd_report)
-
-    schema = sub.add_parser("schema", help="print the scenario JSON schema (for editors)")
-    schema.add_argument("--write", action="store_true",
-                        help="write it to testbed/scenarios/schema.json")
-    schema.set_defaults(func=cmd_schema)
+    add_tool_commands(sub)
 
     topo = sub.add_parser("topo", help="describe a topology without building it")
-    topo.add_argument("name", help="topology family, e.g. fattree")
+    topo.add_argument("name", help="topology family, e.g. fattree (`testbed list` shows the "
+                      "families and their parameters)")
     topo.add_argument("param", nargs="*", help="parameters, e.g. k=4")
     topo.add_argument("--json", action="store_true", help="print JSON")
     topo.add_argument("--draw", nargs="?", const="", metavar="PATH",
@@ -483,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(func=cmd_doctor)
     sub.add_parser("clean", help="remove what an interrupted run left behind"
                    ).set_defaults(func=cmd_clean)
+    add_chaos_command(sub)
     add_session_commands(sub)
     add_lab_commands(sub)
     bench = sub.add_parser("bench", help="measure forwarding capacity and fabric bring-up")
@@ -507,21 +631,48 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--max-mbit", type=float, default=1600.0, help="highest rate tried (1600)")
     cal.add_argument("--results", default="results", help="where the trials' runs go")
     cal.set_defaults(func=cmd_calibrate)
+    arrange_help(ap, sub)
     return ap
+
+
+def add_tool_commands(sub) -> None:
+    """``testbed report``, ``list`` and ``schema``: read runs and describe the testbed."""
+    report = sub.add_parser("report", help="print a run's verdict, or compare runs and "
+                            "repeated runs side by side",
+                            description="Print a run's verdict (exiting 0 when it passed, 1 when "
+                            "not), or compare runs and repeated runs side by side (exiting 0 "
+                            "unless --require-pass).")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="a run's folder (results/RUN_ID) or its summary.json, or a "
+                             "repeated run's folder")
+    report.add_argument("--require-pass", action="store_true",
+                        help="exit 1 when any run failed a check, was not trusted or stopped "
+                             "(a gate for scripts and CI)")
+    report.set_defaults(func=cmd_report)
+
+    sub.add_parser("list", help="the bundled scenarios, the topology families with their "
+                   "parameters, and the experiments, one line each").set_defaults(func=cmd_list)
+
+    schema = sub.add_parser("schema", help="print the scenario JSON schema (for editors), or "
+                            "summary.json's")
+    schema.add_argument("--summary", action="store_true",
+                        help="summary.json's schema instead of the scenario's")
+    schema.add_argument("--write", nargs="?", const="", metavar="PATH",
+                        help="write it to PATH (in a checkout, by default, to "
+                             "testbed/scenarios/schema.json; with --summary, to "
+                             "docs/summary.schema.json)")
+    schema.set_defaults(func=cmd_schema)
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
-        lines = str(exc).splitlines()
-        print(f"testbed: error: {lines[0]}", file=sys.stderr)
-        for line in lines[1:]:
-            print(f"testbed: error: {line.strip()}", file=sys.stderr)
+    except UsageError as exc:  # bad input, or not root or no Mininet: nothing was made
+        print_error(str(exc))
         return EXIT_USAGE
     except TestbedError as exc:
-        print(f"testbed: error: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         print("testbed: interrupted; everything the run created has been removed", file=sys.stderr)
@@ -531,6 +682,29 @@ def main(argv=None) -> int:
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except Exception as exc:  # a bug: named, with an exit status of its own
+        return internal_error(exc, args.debug)
+
+
+def print_error(message: str) -> None:
+    """A user's error: each line of ``message`` as one ``testbed: error:`` line (split at
+    newlines only: the user's text in it is quoted already)."""
+    for line in message.rstrip("\n").split("\n"):
+        print(f"testbed: error: {line.strip()}", file=sys.stderr)
+
+
+def internal_error(exc: Exception, debug: bool) -> int:
+    """A bug in the testbed: EXIT_INTERNAL and one line naming the exception, or with
+    ``--debug`` its whole traceback first; never mistaken for bad input or a failed run."""
+    import traceback
+
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    text = " ".join(str(exc).split())
+    print_error(f"internal error: {type(exc).__name__}{': ' + text if text else ''} (a bug in "
+                f"the testbed; {'' if debug else 'rerun with --debug for its traceback and '}"
+                "please report it)")
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -1,11 +1,32 @@
-"""Errors the user caused or can act on; the CLI prints them as one line, never a traceback."""
+"""Errors the user caused or can act on; the CLI prints them as one line, never a traceback.
+A user's text inside a message goes through ``short`` or ``shown``, so that no newline, control
+character or megabyte of input breaks that line."""
+
+
+def short(value, limit: int = 40) -> str:
+    """``value`` for a message: its repr (a string quoted, control characters escaped), cut
+    to about ``limit`` characters."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= limit else value[:limit] + "...")
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """``text`` as it is when it prints as one short line, else quoted (``short``)."""
+    return text if text.isprintable() and len(text) <= limit else short(text, limit)
 
 
 class TestbedError(Exception):
     """A failure with a message that tells the user what to do."""
 
 
-class ConfigError(TestbedError):
+class UsageError(TestbedError):
+    """The command cannot start as asked, and nothing was made: a bad input (ConfigError), or
+    a machine it cannot run on here (not root, Mininet missing). Exit status 2."""
+
+
+class ConfigError(UsageError):
     """A bad parameter, flag or scenario field; the message names the field."""
 
     def __init__(self, field: str, problem: str):

@@ -19,16 +19,18 @@ from testbed.plan.loss_plan import (
     attach_commands,
     cache_object,
     config_commands,
+    loss_config_command,
 )
 from testbed.system.process import run_tool
 
 
 class LinkLoss:
-    """``cuts``: (where, how) pairs; ``apply`` after the ports are shaped and marked.
+    """``cuts``: (where, how) pairs, how None for a cut that loses nothing until a failure
+    schedule sets it (``set_loss``); ``apply`` after the ports are shaped and marked.
     ``host_pid``: a host's name -> a process in its namespace, for the cuts at a host's
     egress."""
 
-    def __init__(self, cuts: list[tuple[Cut, Loss]], ledger: Ledger,
+    def __init__(self, cuts: list[tuple[Cut, Loss | None]], ledger: Ledger,
                  host_pid: Callable[[str], int], log=print):
         self.cuts = list(cuts)
         self.ledger = ledger
@@ -61,6 +63,19 @@ class LinkLoss:
         run_tool(["bpftool", "batch", "file", "-"], batch_input(bpftool, "bpftool"),
                  "bpftool could not configure the loss program")
         self.log(f"loss on {len(self.cuts)} link directions by the eBPF loss program")
+
+    def has(self, intfs: list[str]) -> bool:
+        """Whether every one of ``intfs`` has a cut (after ``apply``)."""
+        return all(intf in self.keys for intf in intfs)
+
+    def set_loss(self, intfs: list[str], loss: Loss | None) -> None:
+        """Change the loss of the cuts at ``intfs`` on the running program: ``loss``, or
+        None for what they were given at the start."""
+        base = {cut.intf: given for cut, given in self.cuts}
+        commands = [loss_config_command(self.keys[intf], base[intf] if loss is None else loss)
+                    for intf in intfs]
+        run_tool(["bpftool", "batch", "file", "-"], batch_input(commands, "bpftool"),
+                 "bpftool could not change the loss program's configuration")
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Per interface: packets the loss applied to and packets dropped."""

@@ -49,22 +49,25 @@ from testbed.apply.state import (
     Ledger,
     kill_processes,
     netns_inode,
+    process_cmdline,
     process_start_ticks,
     processes_in_netns,
 )
 from testbed.capabilities import ECN_PATH_RED
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, UsageError
 from testbed.model.topology.base import Fabric
 from testbed.plan.bring_up import (
     HOST_PREFIX_LEN,
     fping_argv,
     host_script,
+    link_ends,
     link_interfaces,
     machine_resolvers,
     ovs_transaction,
+    setup_command,
 )
 from testbed.plan.loss_plan import Cut, Loss, loss_counters_total
-from testbed.plan.port_queue import Impairment, switch_queue_plan
+from testbed.plan.port_queue import Impairment, impairment_change_argv, switch_queue_plan
 from testbed.plan.profiles import QueueConfig
 from testbed.plan.settings import SYSCTL_TCP_CC, queue_record
 from testbed.plan.shards import CpuLayout, cpu_layout, partition, shard_count
@@ -115,6 +118,12 @@ def bring_up_settings() -> dict[str, str]:
     if os.path.exists(ROOT_IPV6_DEFAULT):
         settings[ROOT_IPV6_DEFAULT] = "1"
     return settings
+
+
+# Every root-namespace kernel setting a fabric changes for a while (and puts back).
+ROOT_SETTINGS = (*FAST_RCU, ROOT_IPV6_DEFAULT, *SOCKET_DEFAULTS, ALLOWED_CC)
+# A program a failure schedule may stop or kill in a host -> what its command line holds.
+HOST_PROGRAMS = {"traffic": "testbed.traffic.", "iperf3": "iperf3"}
 
 
 def allowed_congestion_control(host_sysctls: dict[str, str]) -> dict[str, str]:
@@ -377,7 +386,7 @@ class FabricNetwork:
                 path.write_text(host_script(self.fabric, name, self.host_sysctls, self.queue,
                                             self.impairments, self.offloads_on,
                                             self.cpu_layout.host_cpus_mask, resolvers))
-                host.sendCmd(f"sh {path}; echo rc=$?")
+                host.sendCmd(setup_command(path))
             for name, host in self.hosts.items():
                 out = host.waitOutput()
                 if "rc=0" not in out:
@@ -501,6 +510,80 @@ class FabricNetwork:
         self.ledger.add_process(new.start())
         self.controller = new
         return new.wait_programmed(set(self.bridges))
+
+    def impair_link(self, a: str, b: str, impairment: Impairment | None) -> float:
+        """Start a scheduled impairment of the link between ``a`` and ``b`` (both directions),
+        or end it (None: back to what the scenario's own impairments set there), on ports
+        the bring-up prepared for it: netem's settings changed in place (its queue below
+        kept), or the loss program's configuration; returns the monotonic time just before."""
+        t = time.monotonic()
+        ends = link_ends(self.fabric, a, b)
+        if all(intf in self.impairments for intf, _, _ in ends):
+            for intf, host, rate_mbit in ends:
+                argv = impairment_change_argv(intf, rate_mbit, impairment or self.impairments[intf])
+                run_tool(self.in_namespace(host, argv), what=f"tc could not change {intf}'s netem")
+        elif self.loss is not None and self.loss.has([intf for intf, _, _ in ends]):
+            loss = None if impairment is None else Loss(impairment.loss_percent / 100)
+            self.loss.set_loss([intf for intf, _, _ in ends], loss)
+        else:
+            raise TestbedError(f"the link {a}-{b} was not prepared for an impairment")
+        return t
+
+    def in_namespace(self, host: str | None, argv: list[str]) -> list[str]:
+        """``argv`` run in ``host``'s network namespace (None: the root namespace)."""
+        return argv if host is None else ["nsenter", f"--net=/proc/{self.pid(host)}/ns/net", *argv]
+
+    def daemon_pids(self, daemon: str, host: str | None = None) -> list[int]:
+        """The live processes of ``daemon``: the controller, the run's own ovs-vswitchd, the
+        pause agent, or a program of HOST_PROGRAMS running in ``host``."""
+        if daemon == "controller":
+            proc = self.controller.proc if self.controller is not None else None
+            return [proc.pid] if proc is not None and proc.poll() is None else []
+        if daemon == "ovs-vswitchd":
+            if self.datapath != "user":
+                raise TestbedError("ovs-vswitchd is the machine's Open vSwitch here (kernel "
+                                   "datapath): only the run's own may be stopped or killed")
+            return list(self.switchd.pids)
+        if daemon == "pause-agent":
+            if self.pfc is None:
+                raise TestbedError("this fabric runs no pause agent (its queue has no PFC)")
+            return [self.pfc.pid] if self.pfc.alive() else []
+        shell = self.pid(host)
+        return sorted(pid for pid in processes_in_netns({netns_inode(shell)})
+                      if pid != shell and HOST_PROGRAMS[daemon] in process_cmdline(pid))
+
+    def signal_daemon(self, daemon: str, host: str | None, sig: int) -> tuple[float, list[int]]:
+        """Send ``sig`` to every process of a daemon (``daemon_pids``); the monotonic time
+        just before, and the PIDs. None found is an error naming the daemon."""
+        pids = self.daemon_pids(daemon, host)
+        if not pids:
+            raise TestbedError(f"no {daemon} process{' in ' + host if host else ''} to signal")
+        t = time.monotonic()
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        return t, pids
+
+    def vital_daemons(self) -> list[tuple[str, subprocess.Popen]]:
+        """The processes a workload cannot go on without (testbed.apply.watchdog): the run's
+        own ovs-vswitchd, and the pause agent where the queues are lossless."""
+        vital = [("ovs-vswitchd", proc) for proc in self.switchd.forwarders()]
+        if self.pfc is not None and self.pfc.proc is not None:
+            vital.append((self.pfc.title, self.pfc.proc))
+        return vital
+
+    def host_processes(self) -> dict[int, int]:
+        """Every process in a host's namespace but the hosts' shells (what their commands
+        started): PID -> start ticks."""
+        shells = {h.pid for h in self.hosts.values()}
+        inodes = {netns_inode(pid) for pid in shells} - {None}
+        return {pid: t for pid, t in processes_in_netns(inodes).items() if pid not in shells}
+
+    def end_workload(self) -> None:
+        """Kill everything the hosts run (ranks, flows, servers), keeping the hosts."""
+        kill_processes(self.host_processes(), self.log)
 
     def popen(self, host: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start a process inside a host's namespace, recorded in the ledger."""
@@ -705,11 +788,9 @@ class FabricNetwork:
         if self.marking is not None:
             self.marking.remove()  # its anchor agent reads the ports' queues: before they go
         shells = {h.pid: process_start_ticks(h.pid) for h in self.hosts.values()}
-        inodes = {netns_inode(pid) for pid in shells} - {None}
         # Hosts first, with whatever their commands left running: their namespaces then take
         # the host links along, in one batch per namespace.
-        kill_processes({pid: t for pid, t in processes_in_netns(inodes).items()
-                        if pid not in shells}, self.log)
+        self.end_workload()
         for host in self.hosts.values():
             host.terminate()
         kill_processes({pid: t for pid, t in shells.items() if t is not None}, self.log)
@@ -775,5 +856,6 @@ def set_interfaces(intfs: list[str], up: bool) -> None:
 
 
 def check_root() -> None:
+    """Refuse a user who is not root, before anything is made (exit status 2)."""
     if os.geteuid() != 0:
-        raise TestbedError("this needs root (network namespaces, OVS): run it with sudo")
+        raise UsageError("this needs root (network namespaces, OVS): run it with sudo")

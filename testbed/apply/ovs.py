@@ -122,6 +122,11 @@ class Switchd:
         """Interfaces the bridges leave in the root namespace after ``stop``."""
         return []
 
+    def forwarders(self) -> list[subprocess.Popen]:
+        """The run's own ovs-vswitchd processes, which a workload cannot go on without (none
+        when the switches live in the machine's OVS)."""
+        return []
+
     def vsctl_argv(self, bridge: str | None = None) -> list[str]:
         """``ovs-vsctl`` talking to the database that holds ``bridge`` (None: the only one)."""
         raise NotImplementedError
@@ -359,6 +364,9 @@ class PrivateSwitchd(Switchd):
 
     def bridge_target(self, bridge: str) -> str:
         return f"unix:{self._home_of(bridge) / bridge}.mgmt"
+
+    def forwarders(self) -> list[subprocess.Popen]:
+        return list(self.switchds)
 
     @property
     def pids(self) -> list[int]:

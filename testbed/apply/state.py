@@ -7,7 +7,8 @@ start), so ``testbed clean`` or the next run can remove exactly what a killed ru
 nothing else: processes by PID (checked against their start time, so a reused PID is never
 signalled), OVS bridges by name, interfaces by name, pinned BPF maps by path, OVS itself only
 if the run started it, and kernel settings the run changed for a while, back to their old
-values.
+values. The ledger also says which phase the run is in (``phase``: bring-up, workload,
+tear-down), so whoever finds it, or watches it, knows how far the run got.
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 LOCK_PATH = STATE_DIR / "lock"
 LEDGER_PATH = STATE_DIR / "state.json"
 KILL_GRACE_S = 3.0
+BRING_UP, WORKLOAD, TEAR_DOWN = "bring-up", "workload", "tear-down"  # a run's phases
+PHASES = (BRING_UP, WORKLOAD, TEAR_DOWN)
 BPF_FS = Path("/sys/fs/bpf")  # clean removes recorded pins only below it
 
 
@@ -41,6 +44,38 @@ def process_start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     return None if fields[0] == "Z" else int(fields[19])
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of a process (field 3 of /proc/PID/stat: R running, S sleeping, T
+    stopped by a signal, Z zombie...), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def process_cmdline(pid: int) -> str:
+    """A process's command line, its arguments joined by blanks ("" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def exit_description(returncode: int | None) -> str:
+    """How a process ended, from its Popen return code: ``killed by SIGKILL``, ``exited with
+    status 2``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
 
 
 @dataclass
@@ -56,12 +91,19 @@ class Ledger:
     ovs_started: bool = False
     settings: dict[str, str] = field(default_factory=dict)  # kernel setting path -> value to restore
     pinned: list[str] = field(default_factory=list)  # BPF objects pinned under BPF_FS
+    phase: str = ""  # BRING_UP, WORKLOAD or TEAR_DOWN while a run's setup goes through them
+    phase_t_monotonic_s: float | None = None  # when that phase began (CLOCK_MONOTONIC)
 
     def save(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         tmp = LEDGER_PATH.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self)))
         os.replace(tmp, LEDGER_PATH)
+
+    def set_phase(self, phase: str) -> None:
+        """Record that the run entered ``phase`` (one of PHASES), and when."""
+        self.phase, self.phase_t_monotonic_s = phase, round(time.monotonic(), 6)
+        self.save()
 
     def add_process(self, pid: int) -> None:
         ticks = process_start_ticks(pid)

@@ -45,7 +45,7 @@ from testbed.harness.calibration import machine_description
 from testbed.harness.console import print_rows
 from testbed.harness.experiment import Setup
 from testbed.harness.fabric_checks import anycast_reachable
-from testbed.harness.run import machine, new_run_id
+from testbed.harness.run import check_can_build, machine, new_run_id
 from testbed.measure.anycast_failover import FAT_TREE_K4, anycast_cut_and_repair
 from testbed.measure.failover import cut_and_repair
 from testbed.model.topology import build
@@ -309,6 +309,7 @@ def roce_engine(log) -> dict:
 
 def run_bench(output: str, ks: tuple[int, ...] = (4, 8), log=print,
               ceilings: bool = True, lines_only: bool = False) -> dict:
+    check_can_build()  # before the output folder is made
     from mininet.log import setLogLevel
 
     setLogLevel("critical")

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.apply.state import exit_description, process_state
 from testbed.errors import TestbedError
 from testbed.harness.scenario import Problem
 from testbed.measure.generators import GeneratorCpu, frame_time_us, with_generators
@@ -89,23 +90,56 @@ def parse_rank_output(text: str, rank: int, returncode: int | None, err_tail: st
     return result
 
 
+def casualty(returncodes: list[int | None]) -> int | None:
+    """The first rank ended by a signal (killed from outside: the harness kills ranks only
+    after it has failed the run), None when there is none. Its peers then fail too, on a
+    broken connection, and naming one of them would hide what died."""
+    return next((rank for rank, code in enumerate(returncodes)
+                 if code is not None and code < 0), None)
+
+
+def died(what: str, procs) -> TestbedError | None:
+    """The error naming a rank killed from outside, if one was."""
+    rank = casualty([p.poll() for p in procs])
+    if rank is None:
+        return None
+    return TestbedError(f"{what}: rank {rank} died: {exit_description(procs[rank].returncode)}")
+
+
+def unfinished(what: str, states: dict[int, str | None], timeout_s: float) -> str:
+    """The one line for ranks still running at the deadline (``states``: rank -> its
+    /proc state letter): a rank stopped by a signal (SIGSTOP) is named as stopped first, as
+    the likeliest reason the others wait."""
+    stopped = [rank for rank, state in states.items() if state == "T"]
+    if stopped:
+        others = len(states) - 1
+        return (f"{what}: rank {stopped[0]} was stopped (SIGSTOP) and "
+                + (f"it and {others} other{'s' if others != 1 else ''}" if others else "it")
+                + f" did not finish in {timeout_s:.0f} s")
+    return f"{what}: ranks {list(states)[:4]} did not finish in {timeout_s:.0f} s"
+
+
 def collect_ranks(procs, workdir: Path, progress, total: int | None = None,
                   what: str = "rank programs", prefix: str = "rank",
                   timeout_s: float = RANK_TIMEOUT_S) -> list[dict]:
     """Every rank's JSON result, following rank 0's progress lines meanwhile (``total``:
     what they count up to); a rank that fails or outlives ``timeout_s`` is an error naming
-    it, and every rank still running is then killed. Output piped by the caller is written
-    to ``<prefix><rank>.json`` here."""
+    it (a rank killed from outside before the peers it broke; a stopped one as stopped),
+    and every rank still running is then killed. Output piped by the caller is written to
+    ``<prefix><rank>.json`` here."""
     deadline = time.monotonic() + timeout_s
     err0 = workdir / f"{prefix}0.err"
     try:
         with progress.phase(what, total=total) as phase:
             while any(p.poll() is None for p in procs):
                 phase.update(rank_progress(err0))
+                error = died(what, procs)
+                if error is not None:  # at once: its peers may wait for it until the deadline
+                    raise error
                 if time.monotonic() > deadline:
-                    waiting = [r for r, p in enumerate(procs) if p.poll() is None]
-                    raise TestbedError(f"{what}: ranks {waiting[:4]} did not finish in "
-                                       f"{timeout_s:.0f} s")
+                    states = {r: process_state(p.pid) for r, p in enumerate(procs)
+                              if p.poll() is None}
+                    raise TestbedError(unfinished(what, states, timeout_s))
                 time.sleep(POLL_S)
             phase.update(rank_progress(err0))
     finally:
@@ -113,11 +147,15 @@ def collect_ranks(procs, workdir: Path, progress, total: int | None = None,
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    for rank, proc in enumerate(procs):
+        if proc.stdout is not None:
+            (workdir / f"{prefix}{rank}.json").write_bytes(proc.communicate()[0])
+    error = died(what, procs)
+    if error is not None:
+        raise error
     results = []
     for rank, proc in enumerate(procs):
         path = workdir / f"{prefix}{rank}.json"
-        if proc.stdout is not None:
-            path.write_bytes(proc.communicate()[0])
         tail = (workdir / f"{prefix}{rank}.err").read_text(errors="replace")[-400:].strip()
         results.append(parse_rank_output(path.read_text(errors="replace"), rank,
                                          proc.returncode, tail))

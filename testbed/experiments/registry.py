@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import TypeAdapter, ValidationError
 
 from testbed.capabilities import detect
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import ConfigError, TestbedError, short
 from testbed.harness.experiment import (
     COMMON_SECTIONS,
     HOSTS,
@@ -32,9 +32,9 @@ from testbed.harness.scenario import (
     TopologySpec,
     dedupe,
     duplicate_keys,
+    locate,
     merge,
-    nearest_line,
-    parse_yaml,
+    parse_document,
     pydantic_problems,
     read_text,
     topology_problems,
@@ -88,7 +88,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[Problem]]:
     classes = experiment_classes()
     cls = classes.get(scenario.experiment)
     if cls is None:
-        return None, [Problem(("experiment",), f"unknown experiment {scenario.experiment!r}; "
+        return None, [Problem(("experiment",), f"unknown experiment {short(scenario.experiment)}; "
                               f"known: {', '.join(sorted(classes))}")]
     problems: list[Problem] = []
     try:
@@ -119,7 +119,7 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[Problem]]:
             problems.append(Problem(tuple(err.field.split(".")), err.problem))
         except TestbedError as err:
             problems.append(Problem((), str(err)))
-        problems += target_problems(scenario, setups)
+        problems += target_problems(scenario, setups, platform)
     ecn_path = None
     if not problems:
         try:
@@ -133,20 +133,23 @@ def resolve(scenario: Scenario) -> tuple[Resolved | None, list[Problem]]:
     return Resolved(scenario, experiment, platform, setups, ecn_path), []
 
 
-def load(path: str | Path, overrides: dict | None = None):
+def load(path: str | Path, overrides: dict | None = None, origins: dict | None = None):
     """Read, merge ``overrides`` (dotted field -> value, from the command line) and validate a
     scenario file; returns a testbed.harness.experiment.Resolved. A bundled scenario may be
-    named without its folder and suffix (``testbed run fattree-allreduce``)."""
+    named without its folder and suffix (``testbed run fattree-allreduce``). ``origins``
+    (dotted field -> the flag that set it) makes a problem in a field a flag set name the
+    flag instead of a line of the file."""
     text = read_text(path)
-    data = parse_yaml(text, str(path))
-    return validate(merge(data, overrides or {}), str(path), yaml_lines(text),
-                    duplicate_keys(text))
+    data, root = parse_document(text, str(path))
+    return validate(merge(data, overrides or {}), str(path), yaml_lines(root),
+                    duplicate_keys(root), origins)
 
 
 def validate(data: dict, source: str = "scenario", lines: dict | None = None,
-             early: list[Problem] | None = None):
+             early: list[Problem] | None = None, origins: dict | None = None):
     """Every problem of a scenario mapping at once (ScenarioError), or the scenario with
-    its experiment, parameters and platform resolved."""
+    its experiment, parameters and platform resolved. ``lines``: field path -> line in the
+    file; ``origins``: dotted field -> the flag that set it (named instead of a line)."""
     problems = list(early or [])
     try:
         scenario = Scenario.model_validate(data)
@@ -160,9 +163,8 @@ def validate(data: dict, source: str = "scenario", lines: dict | None = None,
         resolved, more = resolve(scenario)
         problems += more
     if problems:
-        lines = lines or {}
-        located = sorted((Problem(p.path, p.message, p.line or nearest_line(lines, p.path))
-                          for p in dedupe(problems)), key=lambda p: p.line or 0)
+        located = sorted((locate(p, lines or {}, origins or {}) for p in dedupe(problems)),
+                         key=lambda p: p.line or 0)
         raise ScenarioError(source, located)
     return resolved
 
@@ -177,7 +179,8 @@ def section_problems(data: dict) -> list[Problem]:
                 data["topology"]))
         except ValidationError:
             pass
-    cls = experiment_classes().get(data.get("experiment", "allreduce"))
+    name = data.get("experiment", "allreduce")
+    cls = experiment_classes().get(name) if isinstance(name, str) else None
     if cls is not None and isinstance(data.get("params", {}), dict):
         try:
             cls.Params.model_validate(data.get("params", {}))

@@ -1,13 +1,15 @@
 """What the testbed prints as tables, all through rich: a run's summary rows, every check as
 PASS or FAIL with measured against expected, and whether the emulator kept up (plain text
 when not a terminal); and ``table_text``, the one plain aligned table (``testbed topo``,
-``testbed doctor``: ``doctor_report``)."""
+``testbed doctor``: ``doctor_report``). Text from a summary is printed as text: square
+brackets in it are not rich markup."""
 from __future__ import annotations
 
 from io import StringIO
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.capabilities import (
@@ -17,7 +19,14 @@ from testbed.capabilities import (
     path_rows,
     rdma_summary,
 )
-from testbed.harness.report import checks_table, headline
+from testbed.harness.report import (
+    check_spreads_table,
+    checks_table,
+    headline,
+    summary_rows,
+    without_empty_columns,
+)
+from testbed.harness.summary_schema import REPEAT
 from testbed.model.verdict import FAIL, NOT_JUDGED, PASS
 
 STYLES = {PASS: "green", FAIL: "bold red", NOT_JUDGED: "yellow"}
@@ -57,40 +66,85 @@ def table_text(rows, header=None) -> str:
 
 def print_rows(rows: list[list[str]], title: str | None = None) -> None:
     """A table whose first row is the header."""
-    table = Table(*rows[0], title=title, title_justify="left", show_lines=False)
+    table = Table(*map(escape, rows[0]), title=title, title_justify="left", show_lines=False)
     for row in rows[1:]:
-        table.add_row(*row)
+        table.add_row(*map(escape, row))
     console().print(table)
 
 
-def print_summary(summary: dict) -> None:
-    out = console()
-    out.print()
-    out.print(f"[bold]{summary['run_id']}[/bold]: {summary.get('headline', summary['title'])}")
+def checks_rich_table(rows: list[list[str]], title: str) -> Table:
+    """A checks table (header first, the outcome in the first column) with its outcomes
+    coloured."""
+    table = Table(*map(escape, rows[0]), title=title, title_justify="left")
+    for row in rows[1:]:
+        style = STYLES.get(row[0], "")
+        cells = [escape(cell) for cell in row]
+        table.add_row(f"[{style}]{cells[0]}[/{style}]" if style else cells[0], *cells[1:])
+    return table
+
+
+def print_rows_of(out: Console, summary: dict) -> None:
     if summary.get("rows"):
         table = Table(show_header=False, box=None, padding=(0, 2))
-        for what, value in summary["rows"]:
-            table.add_row(what, value)
+        for what, text in summary_rows(summary):
+            table.add_row(escape(what), escape(text))
         out.print(table)
+
+
+def print_repeat_summary(summary: dict) -> None:
+    """A repeated run's runs, its checks over the runs, its rows with their spread, and why
+    runs did not pass."""
+    out = console()
+    out.print()
+    out.print(f"[bold]{escape(summary['run_id'])}[/bold]: {escape(summary['headline'])}")
+    runs = Table("run", "id", "status", "checks", "emulator", "wall (s)", title="Runs",
+                 title_justify="left")
+    for index, r in enumerate(summary["runs"], 1):
+        runs.add_row(str(index), escape(r["run_id"]), r["status"],
+                     "passed" if r["checks_passed"] else "[bold red]FAILED[/bold red]",
+                     "trusted" if r["emulator_trusted"] else "[red]NOT trusted[/red]",
+                     f"{r['wall_s']:.0f}" if r["wall_s"] is not None else "-")
+    out.print(runs)
+    print_rows_of(out, summary)
+    for title, key in (("Checks over the runs", "checks"),
+                       ("Did the emulator keep up? (over the runs)", "trust")):
+        rows = without_empty_columns(check_spreads_table(summary[key]))
+        if len(rows) > 1:
+            out.print(checks_rich_table(rows, title))
+    for reason in summary["verdict"]["reasons"]:
+        out.print(f"  [red]not passed:[/red] {escape(reason)}")
+    if summary.get("error"):
+        out.print(f"[red]stopped:[/red] {escape(summary['error'])}")
+    out.print(f"[bold]{escape(headline(summary))}[/bold]")
+    out.print(f"results: {escape(summary['results_dir'])} (report.html, report.md, summary.json; each "
+              "run's folder inside)")
+
+
+def print_summary(summary: dict) -> None:
+    if summary.get("kind") == REPEAT:
+        print_repeat_summary(summary)
+        return
+    out = console()
+    out.print()
+    out.print(f"[bold]{escape(summary['run_id'])}[/bold]: "
+              f"{escape(summary.get('headline') or summary['title'])}")
+    print_rows_of(out, summary)
     verdict = summary.get("verdict") or {}
     for title, key in (("Checks", "checks"), ("Did the emulator keep up?", "trust")):
         rows = checks_table(verdict.get(key, []))
         if len(rows) < 2:
             continue
-        table = Table(*rows[0][:-1], title=title, title_justify="left")
-        for row in rows[1:]:
-            style = STYLES.get(row[0], "")
-            table.add_row(f"[{style}]{row[0]}[/{style}]" if style else row[0], *row[1:-1])
-        out.print(table)
+        # the statements are printed below the tables, one a line
+        out.print(checks_rich_table(without_empty_columns([row[:-1] for row in rows]), title))
     for statement in verdict.get("statements", []):
-        out.print(f"  - {statement}")
+        out.print(f"  - {escape(statement)}")
     if not verdict.get("emulator_trusted"):
         for reason in verdict.get("reasons", []):
-            out.print(f"  [red]not trusted:[/red] {reason}")
+            out.print(f"  [red]not trusted:[/red] {escape(reason)}")
     if summary.get("error"):
-        out.print(f"[red]stopped:[/red] {summary['error']}")
-    out.print(f"[bold]{headline(summary)}[/bold]")
-    out.print(f"results: {summary['results_dir']} (report.html, report.md, summary.json)")
+        out.print(f"[red]stopped:[/red] {escape(summary['error'])}")
+    out.print(f"[bold]{escape(headline(summary))}[/bold]")
+    out.print(f"results: {escape(summary['results_dir'])} (report.html, report.md, summary.json)")
 
 
 def doctor_report(platform: Platform) -> str:

@@ -8,7 +8,9 @@ testbed.experiments.registry. It supplies:
   routing, the port queue, the hosts' TCP), one after the other;
 - ``measure(run)``: what it does on one running fabric (``SetupRun``), returning plain data;
 - ``checks(results)``: its claims judged from every setup's results (testbed.model.verdict);
-- ``plots(results, folder, title)`` and ``rows(results)`` (the printed summary).
+- ``plots(results, folder, title)`` with a one-line caption per figure (``captions``), and
+  ``rows(results)`` (the printed summary: testbed.model.rows.Row, carrying the numbers
+  each row shows with their units).
 
 The harness (testbed.harness.run) owns everything else: the scenario, the machine's lock and
 ledger, the results folder and its layout, bring-up and reachability of each setup, the
@@ -46,9 +48,9 @@ COMMON_SECTIONS = frozenset({TOPOLOGY, ROUTING, QUEUE, HOSTS, ANYCAST})
 
 class Params(BaseModel):
     """Base of every experiment's parameters: unknown keys are errors, values are taken as
-    written (no bool for a number)."""
+    written (no bool for a number, no NaN or infinity)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def distinct(values: list, what: str = "a value", keys: list | None = None) -> list:
@@ -129,6 +131,9 @@ class Experiment:
     default_mtu_bytes: ClassVar[int] = 9000
     sections: ClassVar[frozenset[str]] = COMMON_SECTIONS  # the common sections it honours
     cli_aliases: ClassVar[dict[str, str]] = {}  # extra flag of ``testbed NAME`` -> Params field
+    # A one-line caption per figure ``plots`` draws, by file name (a glob: "queue-*.png"),
+    # saying what to look at; the report puts it under the figure.
+    captions: ClassVar[dict[str, str]] = {}
 
     max_default_rate_mbit: ClassVar[float | None] = None  # a calibrated default is capped here
     # The fewest CPUs the hosts keep when forwarding gets CPUs of its own
@@ -206,7 +211,8 @@ class Experiment:
         return []
 
     def rows(self, results: dict[str, dict]) -> list[tuple[str, str]]:
-        """The rows of the printed summary: (what, value)."""
+        """The rows of the printed summary: ``Row(what, text, *numbers)``
+        (testbed.model.rows), or plain (what, text) pairs for rows that show no number."""
         return []
 
     def headline(self) -> str:

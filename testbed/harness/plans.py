@@ -20,6 +20,7 @@ from testbed.model.topology import build
 from testbed.model.topology.base import Fabric
 from testbed.model.topology.explicit import explicit
 from testbed.plan.ecn_plan import choose_ecn_path
+from testbed.plan.fault_schedule import entry_problems
 from testbed.plan.loss_plan import Loss, every_link_cuts, link_cuts
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.port_queue import ALL_LINKS, Impairment, default_buffer_bytes, link_impairments
@@ -162,34 +163,47 @@ def impairment_problems(specs, platform) -> list[Problem]:
 class ImpairmentPlan:
     """A setup's impairments on ``path``: netem per interface (``netem``, the form
     testbed.apply.network.FabricNetwork's ``impairments`` takes), or, on the eBPF path, each
-    lossy link direction's cut and its loss (``losses``, FabricNetwork's ``losses``)."""
+    lossy link direction's cut and its loss (``losses``, FabricNetwork's ``losses``). Links a
+    failure schedule impairs (``scheduled``) get a netem, or a cut, that does nothing until
+    the fault."""
 
     path: str | None
     netem: dict = field(default_factory=dict)
     losses: list = field(default_factory=list)
     links: list = field(default_factory=list)
+    scheduled: list = field(default_factory=list)
 
     def record(self) -> dict:
         """The plan as plain data for a setup's results."""
         return {"path": self.path, "links": self.links,
-                "cuts": [{**asdict(cut), "loss_percent": loss.fraction * 100}
-                         for cut, loss in self.losses]}
+                "scheduled": [list(link) for link in self.scheduled],
+                "cuts": [{**asdict(cut), "loss_percent": 0.0 if loss is None
+                          else loss.fraction * 100} for cut, loss in self.losses]}
 
 
-def impairment_plan(specs, fabric: Fabric, platform) -> ImpairmentPlan:
+def impairment_plan(specs, fabric: Fabric, platform,
+                    scheduled: list[tuple[str, str]] = ()) -> ImpairmentPlan:
     """The scenario's impairments (ImpairmentSpec entries) on ``fabric`` by this machine's
     path: netem at both ends of each impaired link (the later entry wins where they
     overlap), or both directions of each lossy link cut by the eBPF loss program (the later
-    entry wins per direction)."""
-    if not specs:
+    entry wins per direction); and the links a failure schedule impairs (``scheduled``, as
+    (a, b)) prepared on the same path, doing nothing until their fault starts."""
+    if not specs and not scheduled:
         return ImpairmentPlan(None)
     links = [spec.model_dump() for spec in specs]
     path = impairment_path(platform)
+    scheduled = list(scheduled)
     if path == IMPAIRMENT_NETEM:
-        return ImpairmentPlan(path, link_impairments(fabric, [
+        netem = link_impairments(fabric, [(link, Impairment(scheduled=True))
+                                          for link in scheduled])
+        netem.update(link_impairments(fabric, [
             (spec.link, Impairment(spec.delay_ms, spec.jitter_ms, spec.loss_percent))
-            for spec in specs]), links=links)
+            for spec in specs]) if specs else {})
+        return ImpairmentPlan(path, netem, links=links, scheduled=scheduled)
     by_direction: dict[tuple[str, str], tuple] = {}
+    for link in scheduled:
+        for cut in link_cuts(fabric, *link):
+            by_direction[(cut.src, cut.dst)] = (cut, None)
     for spec in specs:
         if spec.delay_ms or spec.jitter_ms:
             raise ConfigError("impairments", "delay needs netem, which this kernel lacks")
@@ -197,24 +211,45 @@ def impairment_plan(specs, fabric: Fabric, platform) -> ImpairmentPlan:
                 else link_cuts(fabric, *spec.link))
         for cut in cuts:
             by_direction[(cut.src, cut.dst)] = (cut, Loss(spec.loss_percent / 100))
-    return ImpairmentPlan(path, losses=list(by_direction.values()), links=links)
+    return ImpairmentPlan(path, losses=list(by_direction.values()), links=links,
+                          scheduled=scheduled)
 
 
-def target_problems(scenario: Scenario, setups) -> list[Problem]:
-    """Links, switches and anycast replicas a scenario names that some setup's fabric lacks."""
+def failure_problems(scenario: Scenario, setup, platform) -> list[Problem]:
+    """What a failure schedule asks of one setup that it cannot do: targets the fabric
+    lacks (testbed.plan.fault_schedule.entry_problems), a pause agent where the queues have
+    no PFC, the machine's own Open vSwitch (kernel datapath) to stop or kill, a delay
+    without netem."""
+    problems: list[Problem] = []
+    datapath = platform.paths.ovs_datapath if platform is not None else "user"
+    for i, spec in enumerate(scenario.failures):
+        for field_name, message in entry_problems(spec, setup.fabric):
+            problems.append(Problem(("failures", i, *field_name.split(".")), message))
+        if spec.daemon == "pause-agent" and (setup.queue is None or setup.queue.pfc is None):
+            problems.append(Problem(("failures", i, "daemon"), "this fabric runs no pause "
+                                    "agent: its queue has no PFC"))
+        if spec.daemon == "ovs-vswitchd" and datapath == "kernel":
+            problems.append(Problem(("failures", i, "daemon"), "the switches live in the "
+                                    "machine's Open vSwitch here (kernel datapath), which a "
+                                    "run may not stop or kill; the run's own ovs-vswitchd runs "
+                                    "with TESTBED_DATAPATH=user"))
+        if spec.action == "impair" and platform is not None:
+            for problem in impairment_problems([spec], platform):
+                problems.append(Problem(("failures", i), problem.message))
+    return problems
+
+
+def target_problems(scenario: Scenario, setups, platform=None) -> list[Problem]:
+    """Links, switches and anycast replicas a scenario names that some setup's fabric lacks,
+    and failures a setup cannot take (``failure_problems``; the machine's side of them when
+    ``platform`` is given)."""
     problems: list[Problem] = []
     for setup in setups:
         fabric = setup.fabric
         cabled = {frozenset((link.a, link.b)) for link in fabric.links}
-        switches = {s.name for s in fabric.switches}
         where = f" (setup {setup.name})" if len(setups) > 1 else ""
-        for i, event in enumerate(scenario.failures):
-            if event.link is not None and frozenset(event.link) not in cabled:
-                problems.append(Problem(("failures", i, "link"), f"{event.link[0]} and "
-                                        f"{event.link[1]} are not cabled together{where}"))
-            if event.switch is not None and event.switch not in switches:
-                problems.append(Problem(("failures", i, "switch"), f"no switch "
-                                        f"{event.switch}{where}"))
+        for problem in failure_problems(scenario, setup, platform):
+            problems.append(Problem(problem.path, problem.message + where))
         for i, impairment in enumerate(scenario.impairments):
             if impairment.link != "all" and frozenset(impairment.link) not in cabled:
                 problems.append(Problem(("impairments", i, "link"), f"{impairment.link[0]} and "

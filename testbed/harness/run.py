@@ -14,6 +14,7 @@ at the end), signals that end a run through the same clean-up path as Ctrl-C, an
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import signal
@@ -24,21 +25,40 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.apply.controller import write_anycast
-from testbed.apply.failures import FailureEvent, FailureSchedule
+from testbed.apply.failures import FailureSchedule
 from testbed.apply.network import FabricNetwork, check_root
-from testbed.apply.state import Ledger, RunLock, clean
-from testbed.errors import ConfigError, TestbedError
+from testbed.apply.state import BRING_UP, TEAR_DOWN, WORKLOAD, Ledger, RunLock, clean
+from testbed.apply.watchdog import Watchdog
+from testbed.capabilities import MININET_MODULE, import_problem
+from testbed.errors import ConfigError, TestbedError, UsageError
 from testbed.harness.experiment import SetupRun
 from testbed.harness.fabric_checks import anycast_reachable, check_groups
 from testbed.harness.plans import impairment_plan
-from testbed.harness.plots import plot_weathermap
+from testbed.harness.plots import (
+    caption_for,
+    plot_openflow_utilisation,
+    plot_topology,
+    plot_weathermap,
+)
 from testbed.harness.progress import Progress
 from testbed.harness.provenance import provenance
 from testbed.harness.report import write_report
+from testbed.harness.summary_schema import (
+    COMPLETE,
+    FAILED,
+    INTERRUPTED,
+    RUN,
+    RUNNING,
+    SCHEMA_VERSION,
+    row_record,
+    write_summary,
+)
 from testbed.measure.openflow import openflow_summary
 from testbed.measure.pauses import agent_alive_checks
+from testbed.model.records import PORT_STATS_FILE
 from testbed.model.topology.base import Fabric
 from testbed.model.verdict import Verdict, trust_checks
+from testbed.plan.fault_schedule import fault_windows, impaired_links, schedule_events
 from testbed.plan.settings import EcnSettings
 
 
@@ -71,10 +91,22 @@ def shielded():
         signal.signal(signal.SIGINT, old)
 
 
+def check_can_build() -> None:
+    """Refuse, in one line and before the lock is taken or anything is made, a fabric this
+    process cannot build: it is not root, or it cannot import Mininet (a wheel installed
+    into a venv without the distribution's Mininet)."""
+    check_root()
+    problem = import_problem(MININET_MODULE)
+    if problem is not None:
+        raise UsageError(f"Mininet is missing ({problem}): install the distribution's mininet "
+                         "package and use a venv made with --system-site-packages "
+                         "(scripts/install.sh does both)")
+
+
 @contextmanager
 def machine(run_id: str, log=print):
     """Hold the run lock, sweep what an earlier killed run left, and always sweep on exit."""
-    check_root()
+    check_can_build()
     with RunLock(run_id):
         stale = Ledger.load()
         if stale is not None:
@@ -90,10 +122,6 @@ def machine(run_id: str, log=print):
 
 
 # --- one scenario, end to end --------------------------------------------------------------------
-
-SCHEMA_VERSION = 1  # of summary.json; raised when a key changes meaning or goes away
-RUNNING, COMPLETE, FAILED, INTERRUPTED = "running", "complete", "failed", "interrupted"
-
 
 @dataclass
 class Outcome:
@@ -129,6 +157,7 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
     of its own, under the machine's lock, then the verdict, plots, summary.json and the
     report. A run that fails or is interrupted part-way still writes summary.json (with its
     status and error) and a report of what it measured, then re-raises."""
+    check_can_build()
     scenario, experiment = resolved.scenario, resolved.experiment
     progress = progress or Progress(log)
     run_id = new_run_id(scenario.name)
@@ -139,6 +168,7 @@ def run_scenario(resolved, log=print, progress=None) -> Outcome:
 
     def run_setups(results: dict) -> None:
         with interrupts_as_exceptions(), machine(run_id, log) as ledger:
+            ledger.set_phase(BRING_UP)
             write_config(workdir, summary)
             for index, setup in enumerate(resolved.setups, 1):
                 if len(resolved.setups) > 1:
@@ -153,7 +183,8 @@ def start_summary(resolved, run_id: str, workdir: Path) -> dict:
     """summary.json as a run starts: what runs, on what, from where; status ``running``."""
     scenario, experiment = resolved.scenario, resolved.experiment
     return {
-        "schema_version": SCHEMA_VERSION, "run_id": run_id, "experiment": experiment.name,
+        "schema_version": SCHEMA_VERSION, "kind": RUN, "run_id": run_id,
+        "experiment": experiment.name,
         "title": experiment.title, "headline": experiment.headline(), "status": RUNNING,
         "error": None, "started_at": _now(), "finished_at": None,
         "provenance": provenance(resolved.platform), "results_dir": str(workdir),
@@ -168,10 +199,54 @@ def start_summary(resolved, run_id: str, workdir: Path) -> dict:
 
 
 def write_config(workdir: Path, summary: dict) -> None:
-    """The run folder, with config.json: the scenario as validated and the parameters."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(json.dumps(
-        {"scenario": summary["scenario"], "params": summary["params"]}, indent=1))
+    """The run folder, with config.json: the scenario as validated and the parameters. A
+    folder that cannot be written (full, read-only, not ours) is a one-line error, before
+    any fabric exists; a run folder made here is removed again when it stays empty."""
+    made = not workdir.exists()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.json").write_text(json.dumps(
+            {"scenario": summary["scenario"], "params": summary["params"]}, indent=1))
+    except OSError as exc:
+        if made:
+            try:
+                (workdir / "config.json").unlink(missing_ok=True)
+                workdir.rmdir()
+            except OSError:
+                pass
+        raise results_error(exc, workdir, "config.json") from None
+
+
+# A write the results folder refused: full, over quota, read-only (any file); not ours to
+# write (only a file named inside the folder: these codes have other causes too).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+PERMISSION_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
+
+
+def results_error(exc: OSError, workdir: Path, name: str | None = None) -> TestbedError:
+    """``cannot write the run's results in results/RUN: No space left on device
+    (summary.json)``: a results folder that refused a write, in one line; ``name``: the
+    file being written (else the error's own file name, when it has one)."""
+    name = name or (Path(os.fsdecode(exc.filename)).name if exc.filename else "")
+    return TestbedError(f"cannot write the run's results in {workdir}: "
+                        f"{exc.strerror or exc}" + (f" ({name})" if name else ""))
+
+
+def results_write_error(exc: BaseException, workdir: Path) -> TestbedError | None:
+    """The one-line error for ``exc`` when it is the results folder refusing a write (a file
+    inside it, full, read-only or not writable; or a file system full or read-only where the
+    error names no file), else None."""
+    if not isinstance(exc, OSError) or exc.errno not in DISK_ERRNOS | PERMISSION_ERRNOS:
+        return None
+    if exc.filename is None:
+        if exc.errno not in DISK_ERRNOS:
+            return None
+        return TestbedError(f"a write failed: {exc.strerror or exc}; is the results folder "
+                            f"{workdir.parent} full or read-only?")
+    where = os.path.abspath(os.fsdecode(exc.filename))
+    if not Path(where).is_relative_to(os.path.abspath(workdir.parent)):
+        return None
+    return results_error(exc, workdir)
 
 
 def recorded(summary: dict, experiment, workdir: Path, log, work) -> Outcome:
@@ -187,8 +262,12 @@ def recorded(summary: dict, experiment, workdir: Path, log, work) -> Outcome:
         summary["status"], summary["error"] = INTERRUPTED, "interrupted"
         raise
     except BaseException as exc:
+        written = results_write_error(exc, workdir)
         summary["status"] = FAILED
-        summary["error"] = str(exc) if isinstance(exc, TestbedError) else repr(exc)
+        summary["error"] = (str(written or exc) if isinstance(written or exc, TestbedError)
+                            else repr(exc))
+        if written is not None:
+            raise written from exc
         raise
     finally:
         summary["wall_s"] = round(time.monotonic() - t0, 3)
@@ -201,8 +280,13 @@ def run_setup(resolved, setup, ledger, workdir: Path, log, progress) -> dict:
     service checked), the experiment's measurement under the failure schedule, the
     controller's files summarised, the fabric down."""
     folder = setup_folder(workdir, resolved.setups, setup)
+    ledger.set_phase(BRING_UP)
     with bring_up(resolved, setup, ledger, folder, log) as live:
-        result = measure_setup(resolved, setup, live, folder, log, progress)
+        ledger.set_phase(WORKLOAD)
+        try:
+            result = measure_setup(resolved, setup, live, folder, log, progress)
+        finally:
+            ledger.set_phase(TEAR_DOWN)
     return add_fabric_records(result, live.net, folder, setup.fabric)
 
 
@@ -238,7 +322,8 @@ def bring_up(resolved, setup, ledger, folder: Path, log):
         sample_ms = scenario.queue.sample_ms if scenario.queue is not None else 0.0
         ecn = EcnSettings(setup.queue, (setup.queue_record or {}).get("ecn"),
                           resolved.ecn_path, sample_ms)
-    impairments = impairment_plan(scenario.impairments, fabric, resolved.platform)
+    impairments = impairment_plan(scenario.impairments, fabric, resolved.platform,
+                                  impaired_links(failure_events(resolved, setup)))
     if impairments.path is not None:
         log(f"{setup.name}: impairments by {impairments.path}")
     tso = resolved.platform.paths.ovs_offload == "userspace-tso"
@@ -304,22 +389,40 @@ def describe_switchd(net) -> str:
 
 
 def measure_setup(resolved, setup, live: LiveSetup, folder: Path, log, progress) -> dict:
-    """The experiment's measurement on a live setup, under the scenario's failure schedule;
-    raw files go to ``folder``. Returns the setup's results (with its ``dir`` and
-    ``bring_up``, and the ``failures`` applied when there is a schedule)."""
-    events = [FailureEvent(e.at_s, e.action, tuple(e.link) if e.link else None, e.switch)
-              for e in resolved.scenario.failures]
+    """The experiment's measurement on a live setup, under the scenario's failure schedule,
+    with the fabric's vital daemons watched (testbed.apply.watchdog: one that dies ends the
+    workload and is the run's error); raw files go to ``folder``. Returns the setup's results
+    (with its ``dir`` and ``bring_up``, and the ``failures`` applied and their
+    ``fault_windows`` when there is a schedule)."""
+    events = failure_events(resolved, setup)
     result: dict = {"dir": str(folder), "bring_up": dict(live.bring_up)}
     run = SetupRun(live.net, setup, folder, log, progress, live.ecn)
-    with FailureSchedule(live.net, events, log) as schedule:
-        result.update(resolved.experiment.measure(run))
+    with Watchdog(live.net, log) as watchdog, \
+            FailureSchedule(live.net, events, log) as schedule:
+        try:
+            result.update(resolved.experiment.measure(run))
+        except Exception as exc:
+            died = watchdog.died_now()
+            if died:  # the cause, not what it broke
+                raise TestbedError(died) from exc
+            raise
+        died = watchdog.died_now()
+        if died:
+            raise TestbedError(died)
     if events:
         result["failures"] = schedule.applied
+        result["fault_windows"] = fault_windows(schedule.applied)
     if live.net.lossless:  # judged by testbed.measure.pauses.agent_alive_checks
         result.setdefault("pause_agent_running", live.net.pause_agent_running())
     if live.impairments is not None and live.impairments.path is not None:
         result["impairments"] = impairment_record(live.impairments, live.net)
     return result
+
+
+def failure_events(resolved, setup) -> list:
+    """The scenario's failure schedule on one setup's fabric, as timed events (the same for
+    the bring-up, which prepares the links it impairs, and the measurement)."""
+    return schedule_events(resolved.scenario.failures, setup.fabric, resolved.scenario.seed)
 
 
 def impairment_record(plan, net) -> dict:
@@ -363,7 +466,8 @@ def prove_ready(net, setup, log) -> dict:
 
 def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outcome:
     """The verdict, plots, summary.json and the report, for a run that ended in any way; the
-    run folder is handed to the user who ran sudo."""
+    run folder is handed to the user who ran sudo. A results folder that refuses the writes
+    fails a complete run in one line; a run that failed already keeps its own error."""
     summary["finished_at"] = _now()
     summary["results"] = results
     verdict = Verdict()
@@ -379,7 +483,7 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
             verdict.statements.append(f"checks could not be judged on a partial run: {exc!r}")
         verdict.statements += [c.statement for c in verdict.checks if c.statement]
         try:
-            summary["rows"] = [list(row) for row in experiment.rows(results)]
+            summary["rows"] = [row_record(row) for row in experiment.rows(results)]
         except Exception as exc:
             if summary["status"] == COMPLETE:
                 raise
@@ -387,25 +491,74 @@ def finish(summary: dict, results: dict, experiment, workdir: Path, log) -> Outc
     summary["verdict"] = verdict.to_dict()
     if not workdir.exists():
         return Outcome(summary, workdir, verdict)
+    try:
+        write_results(summary, results, experiment, workdir, log)
+    except OSError as exc:  # the results folder is full or went read-only
+        error = results_error(exc, workdir)
+        if summary["status"] == COMPLETE:
+            summary["status"], summary["error"] = FAILED, str(error)
+            raise error from None
+        log(str(error))  # the run's own error is the one it ends with
+        return Outcome(summary, workdir, verdict)
+    give_to_invoking_user(workdir)
+    if summary["status"] != COMPLETE:
+        log(f"the run {summary['status']}; what it measured is in {workdir / 'summary.json'}")
+    return Outcome(summary, workdir, verdict)
+
+
+def write_results(summary: dict, results: dict, experiment, workdir: Path, log) -> None:
+    """The plots (the experiment's, the weathermaps, the fault timelines), summary.json and
+    the report, into the run folder."""
     if results:
         plots = workdir / "plots"
         plots.mkdir(exist_ok=True)
         try:
-            paths = experiment.plots(results, plots, plot_title(summary))
+            paths = topology_figures(results, plots, plot_title(summary))
+            paths += experiment.plots(results, plots, plot_title(summary))
             paths += weathermaps(results, plots, plot_title(summary))
+            paths += fault_timelines(results, plots, plot_title(summary))
+        except OSError:
+            raise
         except Exception as exc:
             if summary["status"] == COMPLETE:
                 raise
             paths = []
             log(f"plots of the partial run failed: {exc!r}")
-        summary["plots"] = [str(p.relative_to(workdir)) for p in paths]
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        summary["plots"] = plot_records(paths, workdir, experiment.captions)
+    write_summary(workdir, summary)
     summary["report"] = [str(p.relative_to(workdir)) for p in write_report(summary, workdir)]
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    give_to_invoking_user(workdir)
-    if summary["status"] != COMPLETE:
-        log(f"the run {summary['status']}; what it measured is in {workdir / 'summary.json'}")
-    return Outcome(summary, workdir, verdict)
+    write_summary(workdir, summary)
+
+
+def plot_records(paths: list[Path], workdir: Path, captions: dict[str, str]) -> list[dict]:
+    """summary.json's ``plots``: each figure relative to the run folder, with its caption."""
+    return [{"path": str(p.relative_to(workdir)), "caption": caption_for(p, captions)}
+            for p in paths]
+
+
+def setup_fabrics(results: dict[str, dict]) -> dict:
+    """Each setup's fabric as the network and the controller were built from it
+    (fabric.json in its folder), for the setups that got that far."""
+    fabrics = {}
+    for name, result in results.items():
+        fabric_json = Path(result.get("dir", "")) / "fabric.json"
+        if result.get("dir") and fabric_json.exists():
+            fabrics[name] = Fabric.load_json(fabric_json)
+    return fabrics
+
+
+def topology_figures(results: dict[str, dict], folder: Path, title: str) -> list[Path]:
+    """A drawing of each distinct fabric the setups measured on (setups on equal fabrics
+    share one), named after the first setup on it when there are several."""
+    fabrics = setup_fabrics(results)
+    alike: dict[str, list[str]] = {}  # the fabric's description -> setups on it
+    for name, fabric in fabrics.items():
+        alike.setdefault(json.dumps(fabric.to_dict(), sort_keys=True), []).append(name)
+    if len(alike) == 1:
+        (names,) = alike.values()
+        return [plot_topology(fabrics[names[0]], title, folder / "topology.png")]
+    return [plot_topology(fabrics[names[0]], f"{title} | {', '.join(names)}",
+                          folder / f"topology-{names[0]}.png") for names in alike.values()]
 
 
 def weathermaps(results: dict[str, dict], folder: Path, title: str) -> list[Path]:
@@ -413,16 +566,38 @@ def weathermaps(results: dict[str, dict], folder: Path, title: str) -> list[Path
     port counters measured over the setup's measured window (its whole run when it names
     none)."""
     paths = []
+    fabrics = setup_fabrics(results)
     for name, result in results.items():
         counters = (result.get("openflow") or {}).get("port_counters") or {}
-        fabric_json = Path(result["dir"]) / "fabric.json"
-        if not counters.get("links") or not fabric_json.exists():
+        if not counters.get("links") or name not in fabrics:
             continue
         util = {label: v["mean_utilisation"] for label, v in counters["links"].items()}
+        if all(value is None for value in util.values()):
+            continue  # no poll fell in the window: nothing to colour the links by
         suffix = "" if len(results) == 1 else f"-{name}"
-        paths.append(plot_weathermap(Fabric.load_json(fabric_json), util,
+        paths.append(plot_weathermap(fabrics[name], util,
                                      f"{title} | {name}" if suffix else title,
                                      folder / f"weathermap{suffix}.png"))
+    return paths
+
+
+def fault_timelines(results: dict[str, dict], folder: Path, title: str) -> list[Path]:
+    """For every setup that ran a failure schedule: its busiest links' utilisation over time
+    from the switches' own port counters, each fault's window shaded (testbed.harness.plots
+    .plot_openflow_utilisation)."""
+    fabrics = setup_fabrics(results)
+    paths = []
+    for name, result in results.items():
+        windows = result.get("fault_windows")
+        if not windows or name not in fabrics:
+            continue
+        suffix = "" if len(results) == 1 else f"-{name}"
+        path = plot_openflow_utilisation(
+            fabrics[name], Path(result["dir"]) / PORT_STATS_FILE,
+            result.get("window_monotonic_s"), f"{title} | {name}" if suffix else title,
+            folder / f"faults{suffix}.png", faults=windows)
+        if path is not None:
+            paths.append(path)
     return paths
 
 

@@ -29,7 +29,7 @@ from testbed.harness.scenario import (
     ScenarioError,
     Strict,
     nearest_line,
-    parse_yaml,
+    parse_document,
     pydantic_problems,
     read_text,
     yaml_lines,
@@ -266,11 +266,11 @@ def load_model(cls, path: Path):
     if not path.is_file():
         raise ConfigError(str(path), f"missing: a lab folder has {MANIFEST} and, but for a "
                           f"walkthrough, {CHECKS}")
-    text = read_text(path)
+    data, root = parse_document(read_text(path), str(path))
     try:
-        return cls.model_validate(parse_yaml(text, str(path)))
+        return cls.model_validate(data)
     except ValidationError as err:
-        lines = yaml_lines(text)
+        lines = yaml_lines(root)
         problems = [Problem(p.path, p.message, nearest_line(lines, p.path))
                     for p in pydantic_problems(err)]
         raise ScenarioError(str(path), problems) from None

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.measure.fidelity import FidelityVerdict, judge
+from testbed.model.rows import Number
 from testbed.model.topology.base import Fabric
 from testbed.model.verdict import Check, at_most
 from testbed.traffic.patterns import pattern_pairs
@@ -99,6 +100,14 @@ def fraction_row(table: Fractions, pattern: str, setups: Mapping[str, str]) -> s
         value = fraction(table, setup, pattern)
         cells.append(f"{label} {'-' if value is None else format(value, '.1%')}")
     return ", ".join(cells)
+
+
+def fraction_numbers(table: Fractions, pattern: str,
+                     setups: Mapping[str, str]) -> tuple[Number, ...]:
+    """``fraction_row``'s numbers: one pattern's fraction of the host links per setup
+    ({setup: label}), named by the label."""
+    return tuple(Number(label, fraction(table, setup, pattern), "fraction")
+                 for setup, label in setups.items())
 
 
 def run_window(windows_monotonic_s: Iterable[Sequence[float]]) -> list[float]:

@@ -1,12 +1,14 @@
 """What bringing a fabric up runs, as plain data: each host's set-up script (address, MTU,
 offloads, static ARP, its NIC's queue plan), the one ``ovs-vsctl`` transaction that makes every
-bridge and port, the reachability probe's command line, and which interfaces a link has in the
-root namespace. ``testbed.apply.network.FabricNetwork`` applies them."""
+bridge and port, the reachability probe's command line, and a link's interfaces (those in the
+root namespace, or both ends with the namespace that holds each). ``testbed.apply.network.FabricNetwork`` applies them."""
 from __future__ import annotations
 
 import ipaddress
 import math
+import shlex
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from testbed.errors import TestbedError
 from testbed.model.topology.base import Fabric, Link
@@ -91,6 +93,12 @@ def machine_resolvers(resolv_conf: str) -> list[str]:
     return out
 
 
+def setup_command(script: Path) -> str:
+    """The line a host's shell runs for its set-up ``script``: the path quoted, so that no
+    character of a results folder's name is read by the shell."""
+    return f"sh {shlex.quote(str(script))}; echo rc=$?"
+
+
 def ovs_transaction(fabric: Fabric, datapath_type: str, controller_port: int,
                     switches: Sequence[str] | None = None) -> list[str]:
     """One ``ovs-vsctl`` argument list creating every bridge of ``switches`` (None: all),
@@ -140,4 +148,14 @@ def link_interfaces(fabric: Fabric, a: str, b: str) -> list[str]:
     for link in fabric.links:
         if {link.a, link.b} == {a, b}:
             return root_ends(fabric, link)
+    raise TestbedError(f"{a} and {b} are not cabled together")
+
+
+def link_ends(fabric: Fabric, a: str, b: str) -> list[tuple[str, str | None, float | None]]:
+    """Both ends of the link between ``a`` and ``b``: (interface, the host whose namespace
+    holds it or None for the root namespace, the link's rate)."""
+    for link in fabric.links:
+        if {link.a, link.b} == {a, b}:
+            return [(link.intf(end), node if fabric.nodes[node].is_host else None, link.rate_mbit)
+                    for end, node in enumerate((link.a, link.b))]
     raise TestbedError(f"{a} and {b} are not cabled together")

@@ -130,11 +130,23 @@ def attach_commands(cut: Cut, obj: Path) -> list[list[str]]:
     ]
 
 
-def config_commands(key: int, loss: Loss) -> list[list[str]]:
-    """bpftool commands zeroing a cut's counters, then writing its config; ``key``: the
-    switch port's ifindex or the host's host_key."""
+def off_config() -> bytes:
+    """The config entry of a cut that loses nothing (yet): a failure schedule's ``impair``
+    sets its loss later."""
+    return pack_value(CONFIG_LAYOUT, {"mode": MODE_OFF, "dscp": ANY_DSCP})
+
+
+def config_commands(key: int, loss: Loss | None) -> list[list[str]]:
+    """bpftool commands zeroing a cut's counters, then writing its config (None: losing
+    nothing until a scheduled fault); ``key``: the switch port's ifindex or the host's
+    host_key."""
     return [update_command("loss_counters", key, pack_value(COUNTERS_LAYOUT, {})),
-            update_command("loss_config", key, loss.config())]
+            loss_config_command(key, loss)]
+
+
+def loss_config_command(key: int, loss: Loss | None) -> list[str]:
+    """The bpftool command setting one cut's loss (None: none), counters untouched."""
+    return update_command("loss_config", key, off_config() if loss is None else loss.config())
 
 
 def cache_object() -> Path:

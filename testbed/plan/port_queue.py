@@ -263,11 +263,14 @@ def tbf_args(params: dict) -> str:
 
 @dataclass(frozen=True)
 class Impairment:
-    """What one direction of a link adds: a fixed delay with jitter, and random loss."""
+    """What one direction of a link adds: a fixed delay with jitter, and random loss.
+    ``scheduled``: a netem that adds nothing until a failure schedule's ``impair`` changes
+    it in place (so the fault changes a setting, not the port's queue)."""
 
     delay_ms: float = 0.0
     jitter_ms: float = 0.0
     loss_percent: float = 0.0
+    scheduled: bool = False
 
     def __post_init__(self):
         for name in ("delay_ms", "jitter_ms", "loss_percent"):
@@ -278,7 +281,7 @@ class Impairment:
             raise ConfigError("loss_percent", f"must be at most 100, got {self.loss_percent!r}")
         if self.jitter_ms and not self.delay_ms:
             raise ConfigError("jitter_ms", "needs delay_ms")
-        if not (self.delay_ms or self.loss_percent):
+        if not (self.delay_ms or self.loss_percent or self.scheduled):
             raise ConfigError("impairment", "needs delay_ms or loss_percent")
 
 
@@ -307,6 +310,14 @@ def impairment_line(intf: str, rate_mbit: float | None, impairment: Impairment) 
     if impairment.loss_percent:
         args.append(f"loss {_decimal(impairment.loss_percent)}%")
     return " ".join(args)
+
+
+def impairment_change_argv(intf: str, rate_mbit: float | None,
+                           impairment: Impairment) -> list[str]:
+    """``tc`` changing the netem already at ``intf``'s root to ``impairment`` in place: the
+    queue below it and its counters stay (a scheduled impairment starting or ending)."""
+    line = impairment_line(intf, rate_mbit, impairment)
+    return ["tc", *line.replace("qdisc replace ", "qdisc change ", 1).split()]
 
 
 ALL_LINKS = "all"

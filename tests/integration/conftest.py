@@ -3,15 +3,21 @@ root and run one at a time; without root they fail (they are never silently skip
 from __future__ import annotations
 
 import os
-import re
 import subprocess
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from testbed.chaos.leftovers import OURS  # the testbed's command lines, one pattern
 from testbed.harness.run import machine
+from testbed.interactive.session import SessionState
 
 REPO = Path(__file__).resolve().parents[2]
+TESTBED = [sys.executable, "-m", "testbed"]
+UP_TIMEOUT_S = 300
+COMMAND_TIMEOUT_S = 120
 
 
 HERE = Path(__file__).resolve().parent
@@ -30,6 +36,25 @@ def require_root():
         pytest.fail("integration tests need root (run `sudo make test`)", pytrace=False)
 
 
+def run_testbed(*args: str, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S):
+    """``testbed ARGS`` from the checkout, its output captured."""
+    return subprocess.run([*TESTBED, *args], cwd=REPO, input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@contextmanager
+def kept_up(scenario: str, results: Path):
+    """``testbed up`` of ``scenario``: (its output, the published state) for the block; down
+    (or cleaned) at the end, whatever the block did."""
+    out = run_testbed("up", scenario, "--results", str(results), timeout=UP_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout + out.stderr
+    try:
+        yield out.stdout, SessionState.load()
+    finally:
+        if run_testbed("down").returncode != 0:
+            run_testbed("clean")
+
+
 @pytest.fixture(scope="module")
 def ledger():
     """The run lock and ledger for one test module; everything is swept when it ends."""
@@ -37,9 +62,6 @@ def ledger():
         yield ledger
 
 
-OURS = re.compile(r"testbed\.controllers\.apps\.launcher|testbed\.traffic\.|mnexec|iperf3|mininet:|"
-                  r"/run/testbed/ovs/|"  # the run's own ovsdb-server and ovs-vswitchd
-                  r"testbed\.harness\.session")  # the holder of a fabric `testbed up` keeps
 
 
 def running_processes():

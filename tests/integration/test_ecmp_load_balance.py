@@ -18,8 +18,8 @@ SHORTENED = {"params.patterns": PATTERNS, "params.seconds": 4, "params.omit_s": 
 def test_ecmp_trails_the_non_blocking_switch_beats_single_path_and_spreads(tmp_path):
     resolved = load("ecmp-hedera", {**SHORTENED, "results_dir": str(tmp_path)})
     outcome = run_scenario(resolved, log=print)
-    for what, value in outcome.summary["rows"]:
-        print(f"{what}: {value}")
+    for row in outcome.summary["rows"]:
+        print(f"{row['what']}: {row['text']}")
     checks = {c.name: c for c in outcome.verdict.checks}
     for pattern in PATTERNS:
         for claim in ("non-blocking >= ECMP", "ECMP > single-path",

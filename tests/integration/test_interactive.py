@@ -14,7 +14,14 @@ import sys
 import time
 
 import pytest
-from tests.integration.conftest import REPO, assert_clean, leftovers
+from tests.integration.conftest import (
+    REPO,
+    UP_TIMEOUT_S,
+    assert_clean,
+    kept_up,
+    leftovers,
+    run_testbed,
+)
 
 import testbed.api
 from testbed.apply.controller import EVENTS_FILE
@@ -24,19 +31,11 @@ from testbed.interactive.session import signal_holder, wait_gone
 from testbed.measure.failover import ping_received, wait_for_event
 from testbed.model.topology.fattree import fat_tree
 
-TESTBED = [sys.executable, "-m", "testbed"]
 SCENARIO = "fattree-allreduce"
 A, B = "p0e0h0", "p3e1h1"              # hosts in different pods: their traffic crosses a core
 CUT = ("p0e0", "p0a0")                 # A's edge switch's first uplink (p0e0-eth3, p0a0-eth1)
 CUT_ENDS = "p0e0-eth3<->p0a0-eth1"
-UP_TIMEOUT_S = 300
-COMMAND_TIMEOUT_S = 120
 HOLDER_EXIT_S = 30
-
-
-def run_testbed(*args: str, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S):
-    return subprocess.run([*TESTBED, *args], cwd=REPO, input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def expected_groups(switch: str) -> int:
@@ -48,15 +47,9 @@ def expected_groups(switch: str) -> int:
 def fabric_up(tmp_path):
     """``testbed up`` of the scenario; the published state. Down (or cleaned) at the end,
     whatever the test did."""
-    out = run_testbed("up", SCENARIO, "--results", str(tmp_path), timeout=UP_TIMEOUT_S)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "fabric up: run" in out.stdout and f"testbed exec {A} --" in out.stdout
-    state = SessionState.load()
-    try:
+    with kept_up(SCENARIO, tmp_path) as (stdout, state):
+        assert "fabric up: run" in stdout and f"testbed exec {A} --" in stdout
         yield state
-    finally:
-        if run_testbed("down").returncode != 0:
-            run_testbed("clean")
 
 
 def test_up_status_exec_cli_and_down_leave_nothing(fabric_up):

@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.integration.conftest import REPO, assert_clean, leftovers
 
 from testbed.apply.state import RunLock
+from testbed.harness.summary_schema import SCHEMA_VERSION, read_summary
 
 TESTBED = [sys.executable, "-m", "testbed"]
 # A short ring: 256 KiB in one iteration is too short to reach 90% of the link (its first
@@ -59,8 +60,11 @@ def test_run_writes_results_and_leaves_nothing(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     (run_dir,) = tmp_path.iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["schema_version"] == 1 and summary["status"] == "complete"
-    assert summary["provenance"]["kernel"] and summary["provenance"]["ovs_version"]
+    assert summary["schema_version"] == SCHEMA_VERSION and summary["status"] == "complete"
+    assert summary == read_summary(run_dir)  # as its schema describes it
+    prov = summary["provenance"]
+    assert prov["kernel"] and prov["ovs_version"] and prov["mininet_version"]
+    assert prov["command_line"][:2] == ["__main__.py", "run"]  # python -m testbed run ...
     result = summary["results"]["fabric"]
     assert result["verified"] is True
     ready = result["bring_up"]
@@ -73,6 +77,8 @@ def test_run_writes_results_and_leaves_nothing(tmp_path):
     for name in ("config.json", "controller.log", "report.md", "report.html"):
         assert (run_dir / name).exists(), name
     assert len(list((run_dir / "plots").glob("*.png"))) >= 2
+    assert (run_dir / "plots" / "topology.png").exists()
+    assert all(plot["caption"] for plot in summary["plots"])
     assert "busbw" in out.stdout and "emulator TRUSTED" in out.stdout
     assert_clean()
 

@@ -26,8 +26,8 @@ def run(name: str, tmp_path, topology: dict | None = SPINE_LEAF, **params):
     for check in outcome.verdict.checks + outcome.verdict.trust:
         print(f"{check.outcome} {check.setup or ''} {check.name}: {check.measured} "
               f"({check.expected}) {check.statement}")
-    for what, value in outcome.summary["rows"]:
-        print(f"{what}: {value}")
+    for row in outcome.summary["rows"]:
+        print(f"{row['what']}: {row['text']}")
     assert outcome.status == "complete"
     assert outcome.verdict.emulator_trusted, outcome.verdict.reasons
     for setup, result in outcome.summary["results"].items():

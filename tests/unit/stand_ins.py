@@ -174,17 +174,22 @@ class StandInFabric:
       ``anchoring`` the eBPF marker's anchoring record;
     - ``pause``: the pause agent's counters (a function called at each reading), which makes
       the fabric lossless; its events are what the test's programs append to the agent's
-      events file in ``workdir``.
+      events file in ``workdir``;
+    - ``vital``: the (name, process) pairs the harness's watchdog watches
+      (``vital_daemons``); ``signalled``: the PIDs a failure schedule's stop or kill signals
+      (``signal_daemon``), whatever daemon it names.
     Every port is listened on where this process listens, and nothing queues."""
 
     made: list[StandInFabric] = []
 
-    def __init__(self, fabric, workdir=Path("."), ledger=None, datapath="user",
+    def __init__(self, fabric, workdir=None, ledger=None, datapath="user",
                  routing="ecmp", log=print, queue=None, ecn_path=None, host_sysctls=None,
                  impairments=None, losses=(), userspace_tso=False, switchd_shards=None,
                  pin_cpus=True, min_host_cpus=1, *, start=None, answers=None, steps=None,
-                 marked=None, ecn_reading=None, anchoring=None, pause=None):
-        self.fabric, self.workdir, self.ledger, self.queue = fabric, Path(workdir), ledger, queue
+                 marked=None, ecn_reading=None, anchoring=None, pause=None, vital=(),
+                 signalled=()):
+        self.fabric, self.ledger, self.queue = fabric, ledger, queue
+        self.workdir = Path(workdir) if workdir is not None else Path(".")
         self.ecn_path = ecn_path if marked is not None else None
         self.cpu_layout = (CpuLayout((0,), (1,)) if pin_cpus and min_host_cpus <= 1
                            else CpuLayout())
@@ -204,6 +209,11 @@ class StandInFabric:
         self.links_set: list[tuple[str, str, bool]] = []
         self.readings: dict[str, int] = {}
         self.stopped = False
+        self.vital, self.signalled = list(vital), list(signalled)
+        self.workloads_ended = 0
+        if workdir is not None:  # as the network writes it, where the harness builds one
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            fabric.dump_json(self.workdir / "fabric.json")
         StandInFabric.made.append(self)
 
     def __enter__(self):
@@ -258,6 +268,16 @@ class StandInFabric:
     def restart_controller(self):
         self.calls.append(("controller", time.monotonic()))
         return 0.25
+
+    def impair_link(self, a, b, impairment):
+        self.calls.append(("impair", a, b, impairment, time.monotonic()))
+        return time.monotonic()
+
+    def signal_daemon(self, daemon, host, sig):
+        self.calls.append(("signal", daemon, host, sig, time.monotonic()))
+        for pid in self.signalled:
+            os.kill(pid, sig)
+        return time.monotonic(), list(self.signalled)
 
     def lose(self, losses):
         self.calls.append(("lose", list(losses), time.monotonic()))
@@ -331,6 +351,13 @@ class StandInFabric:
     def emulator_processes(self):
         return {"ovs-vswitchd": list(self.switchd.pids)}
 
+    # -- what the harness's watchdog asks (testbed.apply.watchdog) ----------------------------
+    def vital_daemons(self):
+        return list(self.vital)
+
+    def end_workload(self):
+        self.workloads_ended += 1
+
 
 class FinishedProcess:
     """A subprocess.Popen whose command has already exited with ``returncode``."""
@@ -385,22 +412,35 @@ class TwoFabrics(StandInExperiment):
         return [Setup("narrow", self.fabric(rate_mbit=1.0)), Setup("wide", self.fabric())]
 
 
+class StandInLedger:
+    """The run ledger as far as the harness writes to it during a run: the phases it
+    enters, in order (``StandInLedger.phases``, across ledgers)."""
+
+    phases: list[str] = []
+
+    def set_phase(self, phase: str) -> None:
+        StandInLedger.phases.append(phase)
+
+
 @pytest.fixture
 def standins(monkeypatch):
-    """The machine's lock and ledger, FabricNetwork, and two stand-in experiments in the
-    registry; returns the run ids the lock was taken for."""
+    """The machine's lock and ledger (and the root and Mininet check before them),
+    FabricNetwork, and two stand-in experiments in the registry; returns the run ids the lock
+    was taken for."""
     held = []
 
     @contextmanager
     def machine(run_id, log=print):
         held.append(run_id)
-        yield "ledger"
+        yield StandInLedger()
 
     StandInFabric.made = []
     StandInExperiment.runs = []
+    StandInLedger.phases = []
     monkeypatch.setattr(StandInExperiment, "fail_with", None)
     for module in (testbed.harness.run, testbed.interactive.live):  # where they are looked up
         monkeypatch.setattr(module, "machine", machine)
+    monkeypatch.setattr(testbed.harness.run, "check_can_build", lambda: None)
     monkeypatch.setattr(testbed.harness.run, "FabricNetwork", StandInFabric)
     monkeypatch.setitem(testbed.experiments.registry.EXPERIMENTS, "standin",
                         "tests.unit.stand_ins:StandInExperiment")

@@ -8,6 +8,7 @@ import pytest
 
 from testbed.capabilities import (
     KERNEL_FEATURES,
+    MININET_MODULE,
     TOOL_COMMANDS,
     Capability,
     Paths,
@@ -96,7 +97,7 @@ def ubuntu_caps() -> dict[str, Capability]:
         loaded_modules={"openvswitch"},
         module_files=UBUNTU_MODULE_FILES,
         congestion_available={"reno", "cubic"},
-        tools={"ovs-vswitchd": True, "mn": True, "tc": True},
+        tools={"ovs-vswitchd": True, MININET_MODULE: True, "tc": True},
     )
 
 
@@ -174,7 +175,7 @@ def test_dev_vm_profile_details_say_why():
     assert caps["rdma_rxe"].detail == "CONFIG_RDMA_RXE not in kernel config"
     assert caps["sch_htb"].detail == "CONFIG_NET_SCH_HTB=y (built in)"
     assert caps["tcp_cubic"].detail == "cubic in tcp_available_congestion_control"
-    assert caps["mininet"].detail == "mn on PATH"
+    assert caps["mininet"].detail == "import mininet.node works"
 
 
 def test_dev_vm_profile_paths():
@@ -415,3 +416,38 @@ def test_a_failed_rxe_probe_sends_roce_to_the_user_space_engine():
     # the probe cannot give rxe to a kernel without it
     dev = Platform("6.18.0-test", dev_vm_caps(), choose_paths(dev_vm_caps()))
     assert with_probe(dev, Capability(RXE_NETNS, True, "")).paths.rdma == "userspace-roce"
+
+
+# --- what an ordinary user's doctor finds --------------------------------------------------------
+
+
+def test_an_ordinary_users_path_still_finds_the_sbin_tools(monkeypatch, tmp_path):
+    """A user's PATH lacks the sbin folders where tc, ethtool, bpftool and ovs-vswitchd live:
+    doctor looks there too."""
+    import testbed.capabilities as capabilities
+
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    for command in TOOL_COMMANDS.values():
+        tool = sbin / command
+        tool.write_text("#!/bin/sh\nexit 0\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(capabilities, "SYSTEM_BIN_DIRS", (str(sbin),))
+    caps = detect().capabilities
+    for name, command in TOOL_COMMANDS.items():
+        if command != MININET_MODULE:
+            assert caps[name].available, caps[name]
+    assert capabilities.find_tool("tc") == str(sbin / "tc")
+
+
+def test_mininet_counts_only_when_it_imports(monkeypatch):
+    """Mininet is a Python package: ``mn`` on PATH proves nothing about this Python."""
+    import sys
+
+    assert detect().capabilities["mininet"].available  # the venv sees Debian's Mininet
+    for name in [m for m in sys.modules if m == "mininet" or m.startswith("mininet.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mininet", None)  # as in a venv without it
+    cap = detect().capabilities["mininet"]
+    assert not cap.available and cap.detail == "import mininet.node fails"

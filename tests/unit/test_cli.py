@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.unit.summaries import UNTRUSTED, write_run
 
 import testbed
 import testbed.cli
@@ -224,6 +225,12 @@ def test_schema_prints_json(capsys):
     assert "allreduce" in json.loads(capsys.readouterr().out)["properties"]["experiment"]["enum"]
 
 
+def test_schema_summary_prints_the_summary_json_schema(capsys):
+    assert main(["schema", "--summary"]) == EXIT_OK
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "summary.json" and "RunSummary" in schema["$defs"]
+
+
 def test_version_names_the_version_and_commit(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--version"])
@@ -235,15 +242,34 @@ def test_version_names_the_version_and_commit(capsys):
 
 def test_report_compares_runs(capsys, tmp_path):
     for name, measured in (("a", 0.95), ("b", 0.5)):
-        run = tmp_path / name
-        run.mkdir()
-        verdict = Verdict([at_least("busbw", measured, 0.9, "fraction")])
-        (run / "summary.json").write_text(json.dumps({
-            "run_id": name, "experiment": "allreduce", "status": "complete",
-            "link_rate_mbit": 6, "verdict": verdict.to_dict()}))
+        write_run(tmp_path / name, checks=[at_least("busbw", measured, 0.9, "fraction")])
     assert main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "0.95 PASS" in out and "0.5 FAIL" in out
+
+
+def test_report_gates_on_every_run_passing_when_asked(capsys, tmp_path):
+    good = write_run(tmp_path / "good", checks=[at_least("busbw", 0.95, 0.9, "fraction")])
+    failed = write_run(tmp_path / "failed", checks=[at_least("busbw", 0.5, 0.9, "fraction")])
+    untrusted = write_run(tmp_path / "untrusted", trust=UNTRUSTED)
+    stopped = write_run(tmp_path / "stopped", status="failed", error="no fabric")
+    assert main(["report", str(good), "--require-pass"]) == EXIT_OK
+    assert main(["report", str(good), str(failed)]) == EXIT_OK  # no gate asked for
+    capsys.readouterr()
+    for bad, why in ((failed, "check failed: busbw"), (untrusted, "emulator not trusted"),
+                     (stopped, "failed: no fabric")):
+        assert main(["report", str(good), str(bad), "--require-pass"]) == EXIT_VERDICT
+        out = capsys.readouterr().out
+        assert f"not passed: run {bad.name}" in out and why in out
+
+
+def test_report_refuses_a_summary_of_a_newer_schema_in_one_line(capsys, tmp_path):
+    run = write_run(tmp_path / "new")
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "schema_version": 99}))
+    assert main(["report", str(run)]) == EXIT_USAGE
+    (line,) = error_lines(capsys)
+    assert "schema version 99; this testbed reads versions 1, 2" in line
 
 
 def test_no_command_is_a_one_line_usage_error(capsys):

@@ -22,12 +22,13 @@ from pydantic import Field, field_validator
 
 from testbed.controllers.routing.fabric_state import FabricState
 from testbed.controllers.routing.forwarding import group_ports
-from testbed.drive.ranks import all_ranks_window, collect_ranks, window_of
+from testbed.drive.ranks import RANK_TIMEOUT_S, all_ranks_window, collect_ranks, window_of
 from testbed.experiments.roce_common.roce_setups import ROCE_HEADERS_BYTES, ack_timeout_s
 from testbed.harness import plots
 from testbed.harness.experiment import Experiment, Params, SetupRun
 from testbed.measure.stats import jain_index
 from testbed.model.records import PORT_STATS_FILE
+from testbed.model.rows import Number, Row
 from testbed.model.verdict import at_least, holds
 from testbed.plan.port_queue import default_buffer_bytes
 from testbed.plan.training import groups_argument, node_groups
@@ -42,15 +43,23 @@ class AllReduceParams(Params):
     """The collective: size per rank, channels, iterations; and the busbw the run expects
     as a fraction of the link rate (a ring on a non-blocking fabric approaches 1)."""
 
-    size_bytes: int = Field(2 * 1024 * 1024, ge=1024, le=1 << 31)
-    channels: int = Field(4, ge=1, le=16)
-    warmup: int = Field(1, ge=0, le=100)
-    iters: int = Field(3, ge=1, le=1000)
-    expect_busbw_fraction: float = Field(0.9, gt=0, le=1)
-    algorithm: Literal["ring", "hd", "tree", "hierarchical"] = "ring"
+    size_bytes: int = Field(2 * 1024 * 1024, ge=1024, le=1 << 31,
+                            description="bytes each rank reduces (float32, a multiple of 4)")
+    channels: int = Field(4, ge=1, le=16, description="connections (or QPs) per peer, as "
+                          "NCCL's channels")
+    warmup: int = Field(1, ge=0, le=100, description="untimed iterations first")
+    iters: int = Field(3, ge=1, le=1000, description="timed iterations")
+    expect_busbw_fraction: float = Field(0.9, gt=0, le=1, description="the busbw the check "
+                                         "expects, as a fraction of the link rate")
+    algorithm: Literal["ring", "hd", "tree", "hierarchical"] = Field(
+        "ring", description="ring, recursive halving-doubling (hd), double binary tree, or "
+                            "hierarchical over the fabric's nodes")
     transport: Literal["tcp", "roce"] = Field("tcp", description="TCP connections, or RoCE "
                                               "QPs (RDMA WRITE into the peer's registered "
                                               "buffer) paced at the link rate per channel")
+    timeout_s: float = Field(RANK_TIMEOUT_S, gt=0, le=86_400, description="seconds the "
+                             "ranks may take, from their start; a rank still running then "
+                             "fails the run, named (a stopped one as stopped)")
 
     @field_validator("size_bytes")
     @classmethod
@@ -70,6 +79,19 @@ class AllReduce(Experiment):
     Params = AllReduceParams
     reproduces = ("nccl-tests' bus bandwidth: a bandwidth-optimal ring's busbw approaches the "
                   "bottleneck link rate")
+    captions = {
+        "link_rates.png": ("Host uplink rates should sit flat near the configured rate through "
+                           "the shaded window, with CPU below 100%; dips mark stalls of the "
+                           "ring."),
+        "link_utilisation.png": ("A ring keeps every host's link busy: the dots of links from "
+                                 "hosts should sit near 100%; a fabric link far above the "
+                                 "others of its tier means ECMP put two flows on one path."),
+        "openflow_link_utilisation.png": ("The switches' own counters should agree with the "
+                                          "host-side rates: the busiest directions near 100% "
+                                          "only inside the measured window."),
+        "queue_depth.png": ("Queues that stay under the marking threshold mean ECN held them; "
+                            "ones pinned at the buffer line mean drops."),
+    }
 
     def headline(self) -> str:
         fabric = self.fabric()
@@ -111,7 +133,7 @@ class AllReduce(Experiment):
                     procs.append(run.net.popen(host.name, argv, stdout=subprocess.PIPE,
                                                stderr=err))
             results = collect_ranks(procs, run.workdir, run.progress, p.warmup + p.iters,
-                                    "AllReduce iterations")
+                                    "AllReduce iterations", timeout_s=p.timeout_s)
         summary = summarise(results, p.size_bytes, self.rate_mbit)
         summary["transport"] = p.transport
         if summary["channels_used"] < p.channels:
@@ -163,23 +185,35 @@ class AllReduce(Experiment):
         r = results["fabric"]
         util = r["link_utilisation"]
         used = [v for v in util.values() if v > 0.01]
-        e = r["ecmp"]
+        busiest, mean_used = max(util.values(), default=0), sum(used) / len(used) if used else 0
+        e, tcp = r["ecmp"], r["tcp"]
+        algbw_mbit = r["algbw_gbyte_s"] * 8e3
         return [
-            ("data verified", f"{'yes' if r['verified'] else 'NO'} ({r['verified_ranks']}/"
-                              f"{r['world']} ranks)"),
-            ("AllReduce size", f"{r['size_bytes'] / 2**20:g} MiB float32"),
-            ("time per iteration", f"{r['time_s']:.3f} s (iterations: "
-                                   f"{', '.join(f'{x:.2f}' for x in r['iteration_s'])})"),
-            ("algbw", f"{r['algbw_gbyte_s'] * 8e3:.2f} Mbit/s"),
-            ("busbw", f"{r['busbw_mbit_s']:.2f} Mbit/s = {r['busbw_fraction_of_link']:.0%} of "
-                      f"the {r['link_rate_mbit']:g} Mbit/s link rate"),
-            ("link utilisation", f"max {max(util.values(), default=0):.0%}, mean over used "
-                                 f"links {sum(used) / len(used) if used else 0:.0%}"),
-            ("ECMP spread", f"{'yes' if e['spread'] else 'no'}: {e['uplinks_used']}/"
-                            f"{e['uplinks_in_groups']} group uplinks carried traffic, mean "
-                            f"Jain index {e['jain_mean']}"),
-            ("TCP", f"{r['tcp']['segments_sent']} segments, "
-                    f"{r['tcp']['segments_retransmitted']} retransmitted"),
+            Row("data verified", f"{'yes' if r['verified'] else 'NO'} ({r['verified_ranks']}/"
+                                 f"{r['world']} ranks)",
+                Number("verified ranks", r["verified_ranks"], "")),
+            Row("AllReduce size", f"{r['size_bytes'] / 2**20:g} MiB float32",
+                Number("AllReduce size", r["size_bytes"], "bytes")),
+            Row("time per iteration", f"{r['time_s']:.3f} s (iterations: "
+                                      f"{', '.join(f'{x:.2f}' for x in r['iteration_s'])})",
+                Number("time per iteration", r["time_s"], "s")),
+            Row("algbw", f"{algbw_mbit:.2f} Mbit/s", Number("algbw", algbw_mbit, "Mbit/s")),
+            Row("busbw", f"{r['busbw_mbit_s']:.2f} Mbit/s = {r['busbw_fraction_of_link']:.0%} "
+                         f"of the {r['link_rate_mbit']:g} Mbit/s link rate",
+                Number("busbw", r["busbw_mbit_s"], "Mbit/s"),
+                Number("of the link rate", r["busbw_fraction_of_link"], "fraction")),
+            Row("link utilisation", f"max {busiest:.0%}, mean over used links {mean_used:.0%}",
+                Number("max", busiest, "fraction"),
+                Number("mean over used links", mean_used, "fraction")),
+            Row("ECMP spread", f"{'yes' if e['spread'] else 'no'}: {e['uplinks_used']}/"
+                               f"{e['uplinks_in_groups']} group uplinks carried traffic, mean "
+                               f"Jain index {e['jain_mean']}",
+                Number("group uplinks used", e["uplinks_used"], ""),
+                Number("mean Jain index", e["jain_mean"], "")),
+            Row("TCP", f"{tcp['segments_sent']} segments, {tcp['segments_retransmitted']} "
+                       "retransmitted",
+                Number("segments", tcp["segments_sent"], ""),
+                Number("retransmitted", tcp["segments_retransmitted"], "")),
         ]
 
     def plots(self, results, folder: Path, title: str) -> list[Path]:
@@ -189,15 +223,19 @@ class AllReduce(Experiment):
         samples = json.loads((run_dir / "samples.json").read_text())
         title = (f"{title} | {self.algorithm_name()} AllReduce busbw "
                  f"{r['busbw_mbit_s']:.2f} Mbit/s")
+        faults = r.get("fault_windows")  # the failure schedule's, shaded on the timelines
+        t0_monotonic_s = (r["timed_window_monotonic_s"][0] - samples["window_s"][0]
+                          if faults else None)  # the samples' zero
         paths = [
             plots.plot_timeseries(samples, samples["window_s"], self.rate_mbit, fabric, title,
-                                  folder / "link_rates.png"),
+                                  folder / "link_rates.png", faults, t0_monotonic_s),
             plots.plot_utilisation(r["link_utilisation"], fabric, title,
                                    folder / "link_utilisation.png"),
         ]
         openflow = plots.plot_openflow_utilisation(fabric, run_dir / PORT_STATS_FILE,
                                                    r["timed_window_monotonic_s"], title,
-                                                   folder / "openflow_link_utilisation.png")
+                                                   folder / "openflow_link_utilisation.png",
+                                                   faults=faults)
         if openflow is not None:
             paths.append(openflow)
         depth = run_dir / "queue_depth.json"

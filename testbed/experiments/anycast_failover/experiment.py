@@ -19,12 +19,14 @@ class AnycastParams(Params):
     """Who probes, how often and for how long; when (seconds after the probe starts) the near
     replica's link goes down and comes back; the switch-over goal."""
 
-    client: str = "p0e1h0"
-    interval_s: float = Field(0.01, gt=0, le=1)
-    down_at_s: float = Field(1.5, gt=0)
-    up_at_s: float = Field(3.5, gt=0)
-    duration_s: float = Field(6.0, gt=0, le=600)
-    goal_s: float = Field(GOAL_S, gt=0)
+    client: str = Field("p0e1h0", description="the host that probes the anycast service")
+    interval_s: float = Field(0.01, gt=0, le=1, description="seconds between probes")
+    down_at_s: float = Field(1.5, gt=0, description="when the nearest replica's link goes "
+                             "down (seconds after probing starts)")
+    up_at_s: float = Field(3.5, gt=0, description="when it comes back")
+    duration_s: float = Field(6.0, gt=0, le=600, description="how long the client probes")
+    goal_s: float = Field(GOAL_S, gt=0, description="the longest switch-over the check "
+                          "allows")
 
 
 class Anycast(Experiment):

@@ -106,6 +106,10 @@ class CollectivesSweep(Experiment):
     reproduces = ("NVIDIA nccl-tests (doc/PERFORMANCE.md): algbw and busbw per size; a "
                   "bandwidth-optimal ring's busbw approaches the link rate for large sizes; "
                   "alpha-beta predictions (Thakur, Rabenseifner, Gropp 2005) beside them")
+    captions = {
+        "busbw.png": ("Measured (solid) against predicted (dashed) per size: small sizes are "
+                      "latency-bound, large ones should approach the link-rate line."),
+    }
     # Every size's collective is a run of latency-bound exchanges between the ranks (the
     # small sizes nothing else): on the hosts' one CPU beside a pinned ovs-vswitchd the
     # bundled sweep's ranks waited 0.72 threads for a core, 0.31 unpinned (docs/capacity.md).

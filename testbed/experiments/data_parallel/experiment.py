@@ -84,6 +84,11 @@ class DataParallel(Experiment):
     reproduces = ("PyTorch DDP (Li et al., VLDB 2020): gradient buckets AllReduced while "
                   "backward runs; the exposed communication grows and scaling efficiency "
                   "falls as workers are added")
+    captions = {
+        "scaling.png": ("Step time grows and scaling efficiency falls as workers are added; "
+                        "the gap between the step and compute alone is the exposed "
+                        "communication."),
+    }
 
     def samples(self, model: str) -> int:
         return self.params.images_per_step if model == "resnet50" else self.params.tokens_per_step

@@ -30,6 +30,7 @@ from testbed.experiments.dctcp.bench import (
     tcp_label,
     window_floor_bytes,
 )
+from testbed.model.rows import Number, Row
 from testbed.model.verdict import Check, at_least, at_most, near
 
 # Named tolerances.
@@ -188,7 +189,7 @@ def pairs_by_senders(results: dict[str, dict]) -> dict[int, dict[str, dict]]:
     return grouped
 
 
-def setup_row(name: str, r: dict) -> tuple[str, str]:
+def setup_row(name: str, r: dict) -> Row:
     """One setup: its real queue, the marker's model of it, utilisation, marks, drops,
     flows and whether the emulator kept up."""
     mtu = r["mtu_bytes"]
@@ -206,7 +207,13 @@ def setup_row(name: str, r: dict) -> tuple[str, str]:
               f"flows {min(flows):.1f}-{max(flows):.1f} Mbit/s (Jain {r['jain']:.3f})"
               if flows else "no flows",
               f"emulator kept up: {'yes' if r['fidelity'].get('trustworthy') else 'NO'}"]
-    return f"{name}: {describe(r)}", "; ".join(parts)
+    return Row(f"{name}: {describe(r)}", "; ".join(parts),
+               Number("queue median", q["median_packets"], "packets"),
+               Number("queue p95", q["p95_packets"], "packets"),
+               Number("queue max", q["max_packets"], "packets"),
+               Number("utilisation", r["utilisation"], "fraction"),
+               Number("marks", r["marks"], ""), Number("drops", r["fifo_drops"], ""),
+               Number("Jain index", r["jain"] if flows else None, ""))
 
 
 def k_row(r: dict) -> tuple[str, str]:
@@ -219,7 +226,7 @@ def k_row(r: dict) -> tuple[str, str]:
     return "ours: K", f"K = {k} B = {k / mtu:.1f} packets at {r['rate_mbit']:g} Mbit/s ({how})"
 
 
-def pair_rows(n: int, pair: dict[str, dict]) -> tuple[tuple[str, str], tuple[str, str]]:
+def pair_rows(n: int, pair: dict[str, dict]) -> tuple[Row, Row]:
     """For one sender count, ours beside the Mininet-HiFi reproduction (the two queues) and
     beside the DCTCP claim (utilisation with the queue)."""
     dt, ecn = pair[DROPTAIL], pair[ECN]
@@ -227,13 +234,18 @@ def pair_rows(n: int, pair: dict[str, dict]) -> tuple[tuple[str, str], tuple[str
     buffer_packets = dt["buffer_bytes"] / mtu
     dt_median, ecn_median = dt["queue"]["median_packets"], ecn["queue"]["median_packets"]
     share = "" if dt_median is None else f" ({dt_median / buffer_packets:.0%} of it)"
-    return ((f"ours: {n} senders, queues",
-             f"{dt['rate_mbit']:g} Mbit/s, {buffer_packets:.0f}-packet buffer: drop-tail median "
-             f"{_num(dt_median, '.1f')} packets{share}; ECN median {_num(ecn_median, '.1f')} "
-             f"packets at K = {ecn['k_bytes'] / mtu:.1f}"),
-            (f"ours: {n} senders, utilisation",
-             f"ECN {ecn['utilisation']:.1%} with median {_num(ecn_median, '.1f')} packets; "
-             f"drop-tail {dt['utilisation']:.1%} with {_num(dt_median, '.1f')}"))
+    medians = (Number("drop-tail median", dt_median, "packets"),
+               Number("ECN median", ecn_median, "packets"))
+    return (Row(f"ours: {n} senders, queues",
+                f"{dt['rate_mbit']:g} Mbit/s, {buffer_packets:.0f}-packet buffer: drop-tail "
+                f"median {_num(dt_median, '.1f')} packets{share}; ECN median "
+                f"{_num(ecn_median, '.1f')} packets at K = {ecn['k_bytes'] / mtu:.1f}",
+                *medians),
+            Row(f"ours: {n} senders, utilisation",
+                f"ECN {ecn['utilisation']:.1%} with median {_num(ecn_median, '.1f')} packets; "
+                f"drop-tail {dt['utilisation']:.1%} with {_num(dt_median, '.1f')}",
+                Number("ECN utilisation", ecn["utilisation"], "fraction"),
+                Number("drop-tail utilisation", dt["utilisation"], "fraction")))
 
 
 def summary_rows(results: dict[str, dict]) -> list[tuple[str, str]]:

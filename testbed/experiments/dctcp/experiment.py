@@ -124,6 +124,12 @@ class Dctcp(Experiment):
     reproduces = ("DCTCP (Alizadeh et al., SIGCOMM 2010) as Mininet-HiFi reproduced it: ECN "
                   "marking at K holds the queue near K at full throughput while drop-tail TCP "
                   "fills the buffer")
+    captions = {
+        "queue_time.png": ("With ECN the queue should hover near K; drop-tail fills it to the "
+                           "buffer line and saws down after losses."),
+        "queue_cdf.png": ("The ECN curve should rise near K and well left of drop-tail's, "
+                          "which reaches the buffer: DCTCP's short queue at full throughput."),
+    }
     default_rate_mbit = 20.0
     default_mtu_bytes = 1500  # DCTCP counts K in packets of a standard Ethernet MTU
     sections = frozenset()  # every setup has its own fabric, queue and host TCP

@@ -34,12 +34,14 @@ from testbed.harness.plans import tcp_plan
 from testbed.measure.patterns import (
     completion_checks,
     fraction,
+    fraction_numbers,
     fraction_row,
     fractions,
     host_pairs,
     plot_fractions,
     setup_results,
 )
+from testbed.model.rows import Number, Row
 from testbed.model.topology.base import Fabric
 from testbed.model.topology.dragonfly import dragonfly
 from testbed.model.verdict import Check, at_least, near
@@ -113,6 +115,11 @@ class DragonflyRouting(Experiment):
     Params = DragonflyParams
     reproduces = ("Kim et al. (ISCA 2008): on the adversarial group shift Valiant and UGAL "
                   "beat minimal routing; on uniform traffic minimal is best")
+    captions = {
+        "fractions.png": ("On the shift pattern Valiant and UGAL should beat minimal routing "
+                          "(dashed: the fluid model); on uniform traffic minimal should be "
+                          "best."),
+    }
     default_rate_mbit = 10.0
     sections = frozenset({HOSTS})  # it builds its own fabrics, one per routing
     cli_aliases = {"--omit": "omit_s"}
@@ -155,11 +162,12 @@ class DragonflyRouting(Experiment):
     def rows(self, results: dict[str, dict]) -> list[tuple[str, str]]:
         table = fractions(results)
         predicted = self.predicted()
-        rows = [(pattern, f"{fraction_row(table, pattern, LABELS)} of the host links")
-                for pattern in (SHIFT, UNIFORM)]
-        rows.append((f"{SHIFT}, fluid model", ", ".join(
+        rows = [Row(pattern, f"{fraction_row(table, pattern, LABELS)} of the host links",
+                    *fraction_numbers(table, pattern, LABELS)) for pattern in (SHIFT, UNIFORM)]
+        rows.append(Row(f"{SHIFT}, fluid model", ", ".join(
             f"{LABELS[mode]} {value:.0%}" for mode, value in predicted.items())
-            + " of the host links"))
+            + " of the host links",
+            *(Number(LABELS[mode], value, "fraction") for mode, value in predicted.items())))
         return rows
 
     def plots(self, results: dict[str, dict], folder: Path, title: str) -> list[Path]:

@@ -29,6 +29,7 @@ from testbed.measure.patterns import (
     PatternResult,
     completion_checks,
     fraction,
+    fraction_numbers,
     fraction_row,
     fractions,
     host_pairs,
@@ -37,6 +38,7 @@ from testbed.measure.patterns import (
     setup_results,
 )
 from testbed.measure.stats import jain_index
+from testbed.model.rows import Number, Row
 from testbed.model.topology.base import Fabric
 from testbed.model.topology.fattree import fat_tree
 from testbed.model.topology.spineleaf import spine_leaf
@@ -246,6 +248,15 @@ class Hedera(Experiment):
     Params = HederaParams
     reproduces = ("Hedera (NSDI 2010): static ECMP hashing trails a non-blocking switch on "
                   "the k=4 fat-tree, and the gap opens as flows cross more layers")
+    captions = {
+        "fractions.png": ("ECMP's bars below the non-blocking switch's are hash collisions; "
+                          "the gap should widen as the patterns cross more layers."),
+        "ecmp_over_nonblocking.png": ("The ratio here beside Hedera's hardware testbed, per "
+                                      "pattern: the same trend, not the same values, is what "
+                                      "to check."),
+        "uplink_spread.png": ("Even bars mean ECMP split the flows evenly over the edge "
+                              "switch's uplinks; one tall bar is a collision."),
+    }
     default_rate_mbit = 10.0
     sections = frozenset({HOSTS})  # it builds its own fabrics, one per setup
     cli_aliases = {"--omit": "omit_s", "--pattern": "patterns"}
@@ -321,17 +332,21 @@ class Hedera(Experiment):
         for pattern in self.params.patterns:
             ours = ratio(fraction(table, ECMP, pattern), fraction(table, NONBLOCKING, pattern))
             theirs = published_ratio(pattern)
-            rows.append((pattern, f"{fraction_row(table, pattern, LABELS)} of the host links; "
-                                  f"ECMP / non-blocking {'-' if ours is None else f'{ours:.2f}'}"
-                                  f" (Hedera {'-' if theirs is None else f'{theirs:.2f}'})"))
+            rows.append(Row(pattern, f"{fraction_row(table, pattern, LABELS)} of the host "
+                                     f"links; ECMP / non-blocking "
+                                     f"{'-' if ours is None else f'{ours:.2f}'} (Hedera "
+                                     f"{'-' if theirs is None else f'{theirs:.2f}'})",
+                            *fraction_numbers(table, pattern, LABELS),
+                            Number("ECMP / non-blocking", ours, "")))
         rows.append(("published", PUBLISHED_SOURCE))
         for setup in SPREAD_SETUPS:
             s = results.get(setup, {}).get(SPREAD)
             if s:
-                rows.append((f"uplink spread, {LABELS[setup]}",
-                             f"Jain index {s['jain']:.3f} over {len(s['uplinks'])} uplinks of "
-                             f"{s['edge']} ({s['flows']} flows; "
-                             f"{', '.join(f'{x:.2f}' for x in s['uplink_mbit'])} Mbit/s)"))
+                rows.append(Row(f"uplink spread, {LABELS[setup]}",
+                                f"Jain index {s['jain']:.3f} over {len(s['uplinks'])} uplinks "
+                                f"of {s['edge']} ({s['flows']} flows; "
+                                f"{', '.join(f'{x:.2f}' for x in s['uplink_mbit'])} Mbit/s)",
+                                Number("Jain index", s["jain"], "")))
         return rows
 
     def plots(self, results: dict[str, dict], folder: Path, title: str) -> list[Path]:

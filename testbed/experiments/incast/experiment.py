@@ -147,6 +147,12 @@ class Incast(Experiment):
     reproduces = ("incast (Vasudevan et al., SIGCOMM 2009): drop-tail losses wait for "
                   "retransmission timers; ECN marks instead, PFC pauses instead and loses "
                   "nothing")
+    captions = {
+        "incast.png": ("Drop-tail's completion times carry retransmission timeouts (the long "
+                       "tail); ECN and PFC should stay near the ideal line."),
+        "incast-fanin.png": ("As fan-in grows, drop-tail's p99 should jump away from the ideal "
+                             "line while ECN and PFC follow it."),
+    }
     default_rate_mbit = 10.0
     default_mtu_bytes = 1500
     sections = frozenset()  # every mode sets its own queue and hosts on the k=4 fat-tree

@@ -101,6 +101,12 @@ class ParameterServer(Experiment):
     reproduces = ("parameter server (Li et al., OSDI 2014): sharded push/pull in BSP and "
                   "async modes makes an N:1 incast at every server's link; ring AllReduce "
                   "spreads the same bytes over every link")
+    captions = {
+        "server_backlog.png": ("The queues into the servers fill at every push and pull: the "
+                               "N:1 incast a parameter server makes."),
+        "ps_vs_allreduce.png": ("The parameter server's busiest link carries more bytes per "
+                                "step than the ring's, and its step is slower."),
+    }
     sections = frozenset({TOPOLOGY, ROUTING, QUEUE, HOSTS})
 
     def problems(self) -> list[Problem]:

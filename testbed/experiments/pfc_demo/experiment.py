@@ -47,6 +47,7 @@ from testbed.experiments.pfc_demo.spreading import (
 from testbed.harness.experiment import Experiment, Params, Setup, SetupRun, distinct
 from testbed.harness.scenario import Problem
 from testbed.measure.pauses import counter_deltas
+from testbed.model.rows import Number, Row
 from testbed.plan.modes import LOSSLESS_TOS, mode_tcp
 from testbed.plan.pfc import switch_fan_in
 from testbed.plan.profiles import U32_MAX, QueueConfig
@@ -95,6 +96,11 @@ class PfcDemo(Experiment):
     reproduces = ("PFC's costs (Guo et al., SIGCOMM 2016): head-of-line blocking of a victim "
                   "flow and congestion spreading over hops; ECN cuts the pause time (DCQCN, "
                   "SIGCOMM 2015)")
+    captions = {
+        "pfc-demo.png": ("Under PFC the victim's throughput falls beside the incast "
+                         "(head-of-line blocking) and pauses reach switches hops away; ECN "
+                         "should cut both."),
+    }
     default_rate_mbit = 20.0
     default_mtu_bytes = 1500
     sections = frozenset()  # every run sets its own queue and hosts on the k=4 fat-tree
@@ -246,8 +252,9 @@ class PfcDemo(Experiment):
         return demo_checks(results)
 
     def rows(self, results):
-        rows = [(condition, condition_line(results[condition])) for condition in CONDITIONS
-                if condition in results]
+        rows = [Row(condition, condition_line(results[condition]),
+                    *condition_numbers(results[condition]))
+                for condition in CONDITIONS if condition in results]
         rows += [(f"{condition}: flow error", error) for condition, r in results.items()
                  for error in r["errors"]]
         return rows
@@ -257,6 +264,23 @@ class PfcDemo(Experiment):
         what = (f"{len(self.incast_senders())}:1 incast into {p.receiver}, victim "
                 f"{p.victim_src} -> {p.victim_dst}")
         return [plot_demo(results, title, what, folder / "pfc-demo.png")]
+
+
+def condition_numbers(r: dict) -> list[Number]:
+    """``condition_line``'s numbers: the victim's rates, the incast's, drops, marks and
+    pauses (those the run measured)."""
+    numbers = [Number("victim beside the incast", r["victim_mbit"], "Mbit/s"),
+               Number("victim alone", r["victim_alone_mbit"], "Mbit/s"),
+               Number("incast", sum(r["incast_mbit"]), "Mbit/s"),
+               Number("queue drops", r["queue_drops"], "")]
+    if r["ce_marks"] is not None:
+        numbers.append(Number("CE marks", r["ce_marks"], ""))
+    if r["lossless_drops"] is not None:
+        numbers += [Number("lossless drops", r["lossless_drops"], ""),
+                    Number("pause frames", r["pause_frames_sent"], ""),
+                    Number("paused", r["paused_s"], "port-s"),
+                    Number("pauses reach", r["max_paused_hops"], "hops")]
+    return numbers
 
 
 def condition_line(r: dict) -> str:

@@ -61,7 +61,8 @@ class PipelineParams(Params):
     stages: int = Field(4, ge=2, le=64, description="pipeline stages (p), one host each")
     micro_batches: int = Field(8, ge=1, le=1024, description="micro-batches per flush (m)")
     schedules: list[Literal["gpipe", "1f1b"]] = Field(
-        default_factory=lambda: [GPIPE, ONE_F_ONE_B], min_length=1, description="schedules")
+        default_factory=lambda: [GPIPE, ONE_F_ONE_B], min_length=1,
+        description="pipeline schedules to run, in order")
     activation_bytes: int = Field(4096, ge=4, le=1 << 30,
                                   description="a micro-batch's activation (and gradient)")
     forward_ms: float = Field(50.0, gt=0, le=60_000, description="forward compute per stage")
@@ -84,6 +85,11 @@ class PipelineParallel(Experiment):
     reproduces = ("GPipe (Huang et al. 2019) and 1F1B (Narayanan et al. 2021): bubble "
                   "(p-1)/(m+p-1) for both; 1F1B keeps at most p micro-batches in flight per "
                   "stage, GPipe m")
+    captions = {
+        "gantt-*.png": ("Idle gaps at the start and end of each stage are the bubble; 1F1B "
+                        "interleaves forward and backward to keep fewer micro-batches in "
+                        "flight."),
+    }
 
     def problems(self) -> list[Problem]:
         return host_problems(self.fabric(), "stages", self.params.stages, "stages")

@@ -55,7 +55,7 @@ class ReplayParams(Params):
     the link rate), and the tolerances: how close a replay on the recording fabric must
     finish to the recording, how much longer the narrower fabric must take."""
 
-    world: int = Field(4, ge=2, le=64, description="ranks")
+    world: int = Field(4, ge=2, le=64, description="ranks recorded")
     placement: Literal["packed", "spread"] = Field("spread", description="recording hosts")
     model: Literal["resnet50", "gpt2_small"] = Field("resnet50", description="the model")
     scale: float = Field(0.002, gt=0, le=1, description="bytes sent per byte of gradient")
@@ -80,6 +80,10 @@ class Replay(Experiment):
     Params = ReplayParams
     reproduces = ("trace-driven evaluation: a workload's messages recorded with their timing "
                   "and replayed on another fabric, where a narrower core stretches completion")
+    captions = {
+        "completion.png": ("The replay on the same fabric should match the recording; on the "
+                           "narrower fabric completion should stretch."),
+    }
     sections = frozenset({TOPOLOGY, HOSTS})
 
     def __init__(self, scenario, params, platform):

@@ -109,6 +109,14 @@ def thresholds(result: dict) -> dict[str, float]:
 class BottleneckExperiment(Experiment):
     """Every sender of a setup's one-switch bench into its receiver (module docstring)."""
 
+    captions = {
+        "queue-*.png": ("The real queue over time with the marking thresholds: under "
+                        "congestion control it should settle between them; without it, fill to "
+                        "the buffer."),
+        "cc-*.png": ("Each QP's rate (or window), its alpha and the CNPs it got: rates should "
+                     "converge to a fair share as alpha settles."),
+    }
+
     default_rate_mbit = 20.0
     default_mtu_bytes = 1500  # thresholds in frames of a standard Ethernet MTU
     sections = frozenset()  # every setup has its own bench, queue and congestion control

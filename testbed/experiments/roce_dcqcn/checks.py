@@ -24,6 +24,7 @@ its ICRC verifies.
 from __future__ import annotations
 
 from testbed.measure.roce import capture_checks, verified_check
+from testbed.model.rows import Number, Row
 from testbed.model.verdict import Check, at_least, holds
 
 # Named tolerances.
@@ -101,12 +102,20 @@ def dcqcn_rows(results: dict[str, dict]) -> list[tuple[str, str]]:
             continue
         q, pfc = r["queue"], r["pfc"] or {}
         jain = "-" if r["jain"] is None else f"{r['jain']:.3f}"
-        rows.append((name, f"goodputs {', '.join(f'{x:.2f}' for x in r['goodput_mbit'])} "
-                           f"Mbit/s (Jain {jain}); real queue median/p95 {_kb(q['median_bytes'])}"
-                           f"/{_kb(q['p95_bytes'])} (Kmin {_kb(r['kmin_bytes'])}, Kmax "
-                           f"{_kb(r['kmax_bytes'])}); utilisation "
-                           f"{(r['utilisation'] or 0):.0%}; {r['marks']} marks; "
-                           f"{pfc.get('pause_frames_sent')} pause frames"))
+        rows.append(Row(name, f"goodputs {', '.join(f'{x:.2f}' for x in r['goodput_mbit'])} "
+                              f"Mbit/s (Jain {jain}); real queue median/p95 "
+                              f"{_kb(q['median_bytes'])}/{_kb(q['p95_bytes'])} (Kmin "
+                              f"{_kb(r['kmin_bytes'])}, Kmax {_kb(r['kmax_bytes'])}); "
+                              f"utilisation {(r['utilisation'] or 0):.0%}; {r['marks']} marks; "
+                              f"{pfc.get('pause_frames_sent')} pause frames",
+                        *(Number(f"goodput QP {i}", x, "Mbit/s")
+                          for i, x in enumerate(r["goodput_mbit"], 1)),
+                        Number("Jain index", r["jain"], ""),
+                        Number("queue median", q["median_bytes"], "bytes"),
+                        Number("queue p95", q["p95_bytes"], "bytes"),
+                        Number("utilisation", r["utilisation"], "fraction"),
+                        Number("marks", r["marks"], ""),
+                        Number("pause frames", pfc.get("pause_frames_sent"), "")))
         divergence = r.get("divergence")
         if divergence:
             rows.append((f"{name}: marker's model", f"mean |model - qdisc| "

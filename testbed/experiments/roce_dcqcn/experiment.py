@@ -57,7 +57,9 @@ class RoceDcqcnParams(BottleneckParams):
     no_cc_setup: bool = Field(True, description="also run the largest count without "
                               "congestion control")
     pfc_reaction_time_s: float = Field(DEFAULT_PFC_REACTION_TIME_S, ge=0, le=1,
-                                       allow_inf_nan=False)
+                                       allow_inf_nan=False,
+                                       description="pause reaction time sizing the PFC "
+                                                   "headroom")
 
 
 def setup_name(senders: int, cc: str) -> str:

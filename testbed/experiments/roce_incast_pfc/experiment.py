@@ -64,7 +64,9 @@ class RoceIncastPfcParams(BottleneckParams, TransportParams):
     conditions: Annotated[list[Literal["pfc", "pfc+dcqcn"]], Distinct] = Field(
         default_factory=lambda: [PFC, PFC_DCQCN], min_length=1, description="setups to run")
     pfc_reaction_time_s: float = Field(DEFAULT_PFC_REACTION_TIME_S, ge=0, le=1,
-                                       allow_inf_nan=False)
+                                       allow_inf_nan=False,
+                                       description="pause reaction time sizing the PFC "
+                                                   "headroom")
 
 
 class RoceIncastPfc(BottleneckExperiment):

@@ -99,6 +99,10 @@ class RoceLoss(Experiment):
     Params = RoceLossParams
     reproduces = ("RoCE's go-back-N collapses under random loss while TCP holds its goodput "
                   "(why RoCE needs a lossless fabric; InfiniBand RC, RoCEv2 Annex A17)")
+    captions = {
+        "roce-loss.png": ("RoCE's go-back-N goodput should collapse as loss grows while TCP "
+                          "keeps most of its loss-free goodput."),
+    }
     default_rate_mbit = 20.0
     default_mtu_bytes = 1500  # RoCE path MTU 1024 in a standard Ethernet frame
     sections = frozenset()  # every setup is the same two-host fabric with its own loss

@@ -42,7 +42,7 @@ class TensorParallelParams(Params):
     layers: int = Field(12, ge=1, le=1000, description="transformer layers")
     hidden: int = Field(768, ge=1, le=1 << 16, description="hidden size")
     seq: int = Field(1024, ge=1, le=1 << 20, description="sequence length")
-    batch: int = Field(8, ge=1, le=1 << 16, description="micro-batch")
+    batch: int = Field(8, ge=1, le=1 << 16, description="micro-batch size (sequences)")
     bytes_per_elem: int = Field(2, ge=1, le=8, description="activation bytes (2: fp16/bf16)")
     scale: float = Field(0.001, gt=0, le=1, description="bytes sent per byte of activation")
     layer_forward_ms: float = Field(4.0, ge=0, le=60_000, description="compute per layer")
@@ -64,6 +64,10 @@ class TensorParallel(Experiment):
     reproduces = ("Megatron-LM (Shoeybi et al. 2019): two AllReduces of the activations per "
                   "layer forward and two backward, on the critical path, which is why "
                   "tensor parallelism stays inside an NVLink domain")
+    captions = {
+        "placements.png": ("The communication share of the step grows when the tensor-parallel "
+                           "group leaves the NVLink domain; diamonds mark the predicted step."),
+    }
     sections = frozenset({TOPOLOGY, ROUTING, HOSTS})
     # Each layer's AllReduces are latency-bound exchanges between the ranks: on one CPU a
     # rank waits for its peer's turn at every step (docs/tensor-parallel.md).

@@ -52,7 +52,7 @@ class TorchDdpParams(Params):
     input_dim: int = Field(256, ge=1, le=1 << 16, description="input features")
     hidden: int = Field(128, ge=1, le=1 << 16, description="hidden layer width")
     layers: int = Field(2, ge=1, le=64, description="hidden layers")
-    outputs: int = Field(16, ge=1, le=1 << 16, description="outputs")
+    outputs: int = Field(16, ge=1, le=1 << 16, description="output width (classes)")
     batch: int = Field(32, ge=1, le=1 << 16, description="samples per rank and step")
     steps: int = Field(5, ge=1, le=1000, description="measured steps")
     warmup_steps: int = Field(1, ge=0, le=100, description="steps before the measured ones")
@@ -69,6 +69,10 @@ class TorchDdp(Experiment):
     Params = TorchDdpParams
     reproduces = ("PyTorch DDP (Li et al., VLDB 2020) on torch.distributed's gloo backend: "
                   "gradient buckets AllReduced during backward keep every replica identical")
+    captions = {
+        "torch_ddp_steps.png": ("Measured steps should sit near the generator's prediction, "
+                                "above compute alone by the AllReduce time."),
+    }
 
     def problems(self) -> list[Problem]:
         problems = host_problems(self.fabric(), "world", self.params.world)

@@ -14,8 +14,10 @@ from testbed.errors import ConfigError
 from testbed.model.topology.base import LINUX_IFNAMSIZ_CHARS, Fabric
 
 MAX_COUNT = 100
-# Linux accepts IPv4 on an interface with an MTU of 68 bytes up to a veth's 65535.
-MIN_MTU_BYTES, MAX_MTU_BYTES = 68, 65535
+# The MTUs the testbed takes, for topologies and scenarios alike: from 576 bytes (the datagram
+# every IPv4 host must accept, RFC 791) to 9000 (the jumbo frames data-center NICs and switches
+# carry). Linux itself would take 68 to a veth's 65535.
+MIN_MTU_BYTES, MAX_MTU_BYTES = 576, 9000
 
 
 def is_int(value) -> bool:

@@ -1,6 +1,7 @@
 """What a topology is, computed from its description alone: sizes, diameter, path diversity,
 bisection bandwidth, and, where a published formula exists, the formula's value beside the
-computed one. ``draw`` renders the fabric by tier as a PNG.
+computed one. ``draw`` renders the fabric by tier (PNG, SVG or PDF), its node roles by marker
+shape, and as a weathermap its links by utilisation.
 
 Hop counts are switch-to-switch links: leaf-spine-leaf is 2 hops. The bisection bandwidth is
 the minimum cut (max-flow, every link's rate as its capacity in each direction) between the
@@ -252,9 +253,21 @@ def description_rows(info: dict) -> list[tuple[str, str]]:
 
 # --- drawing ---------------------------------------------------------------------------------
 
-ROLE_COLORS = {HOST: "tab:blue", "edge": "tab:orange", "aggregation": "tab:green",
-               "core": "tab:red", "leaf": "tab:orange", "spine": "tab:green",
-               "superspine": "tab:red", "router": "tab:purple", "nvswitch": "tab:olive"}
+# Node roles are told apart by marker shape first and by a neutral grey second, so the
+# drawing reads the same without colour vision; colour is left to the links (a weathermap's
+# sequential colormap). Roles a fabric combines (rail: nvswitch, leaf, spine) never share a
+# shape. Tiers nearer the hosts are lighter.
+ROLE_STYLES = {HOST: ("o", "white"), "edge": ("s", "0.82"), "leaf": ("s", "0.82"),
+               "aggregation": ("^", "0.58"), "spine": ("^", "0.58"),
+               "core": ("D", "0.3"), "superspine": ("D", "0.3"), "router": ("p", "0.6"),
+               "nvswitch": ("h", "0.95"), "line": ("s", "0.7"), "switch": ("s", "0.7")}
+SPARE_MARKERS = ("v", "P", "X", "*", "<", ">")  # for roles without a style of their own
+# Sequential, perceptually uniform and readable with colour blindness; no grey anywhere along
+# it, so no link takes a node's colour.
+UTILISATION_CMAP = "viridis"
+GLOBAL_LINK_COLOR = "#7b3294"  # a dragonfly's links between groups (purple, and dashed)
+IDLE_LINK_COLOR = "0.55"
+UNMEASURED_LINK = {"color": "0.7", "linestyle": ":"}
 LABEL_NODES_UP_TO = 160  # above this, names would overlap: draw without them
 
 
@@ -322,17 +335,24 @@ def link_utilisation(fabric: Fabric, by_direction: dict[str, float | None]) -> l
     return out
 
 
+def role_style(role: str, index: int) -> tuple[str, str]:
+    """(marker, fill) of a node role: its own, or a spare marker in mid grey."""
+    return ROLE_STYLES.get(role, (SPARE_MARKERS[index % len(SPARE_MARKERS)], "0.5"))
+
+
 def draw(fabric: Fabric, path, utilisation: dict[str, float | None] | None = None,
          title: str | None = None) -> Path:
-    """Write a drawing of the fabric (PNG, SVG or PDF by the file's suffix): nodes colored by
-    role, link width by rate. With ``utilisation`` (link direction "a->b" -> fraction of its
-    rate) it is a weathermap: each link coloured by the busier of its directions."""
+    """Write a drawing of the fabric (PNG, SVG or PDF by the file's suffix): nodes by role
+    (marker shape and grey level), link width by rate. With ``utilisation`` (link direction
+    "a->b" -> fraction of its rate) it is a weathermap: each link coloured by the busier of
+    its directions on a sequential colormap, dotted where neither was measured."""
     fmt = drawing_format(path)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
 
     circular = fabric.kind == "dragonfly"
     pos = group_layout(fabric) if circular else tier_layout(fabric)
@@ -347,34 +367,45 @@ def draw(fabric: Fabric, path, utilisation: dict[str, float | None] | None = Non
     fig, ax = plt.subplots(figsize=figsize)
     rates = [link.rate_mbit for link in fabric.links if link.rate_mbit]
     top = max(rates, default=1.0)
-    segments, widths, colors = [], [], []
+    segments, widths, colors, styles = [], [], [], []
+    extra_legend = []
     for link in fabric.links:
         segments.append([pos[link.a], pos[link.b]])
         share = (link.rate_mbit or top) / top
         widths.append(0.4 + 1.6 * math.sqrt(share))
         a, b = fabric.nodes[link.a], fabric.nodes[link.b]
         crosses_groups = circular and not (a.is_host or b.is_host) and a.coords[0] != b.coords[0]
-        colors.append("tab:purple" if crosses_groups else "0.55")
+        colors.append(GLOBAL_LINK_COLOR if crosses_groups else IDLE_LINK_COLOR)
+        styles.append("--" if crosses_groups else "-")
+    if circular and utilisation is None:
+        extra_legend.append(Line2D([], [], color=GLOBAL_LINK_COLOR, linestyle="--",
+                                   label="global link (between groups)"))
     if utilisation is not None:
-        cmap = plt.get_cmap("RdYlGn_r")
+        cmap = plt.get_cmap(UTILISATION_CMAP)
         norm = matplotlib.colors.Normalize(vmin=0.0, vmax=1.0)
-        colors = ["0.85" if u is None else cmap(norm(min(u, 1.0)))
-                  for u in link_utilisation(fabric, utilisation)]
+        busier = link_utilisation(fabric, utilisation)
+        colors = [UNMEASURED_LINK["color"] if u is None else cmap(norm(min(u, 1.0)))
+                  for u in busier]
+        styles = [UNMEASURED_LINK["linestyle"] if u is None else "-" for u in busier]
         bar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax,
                            fraction=0.025, pad=0.01)
-        bar.set_label("utilisation, busier direction (grey: not measured)", fontsize=7)
+        bar.set_label("utilisation of the busier direction (fraction of the link rate)",
+                      fontsize=7)
+        if any(u is None for u in busier):
+            extra_legend.append(Line2D([], [], label="not measured", **UNMEASURED_LINK))
     ax.add_collection(LineCollection(segments, linewidths=widths, colors=colors,
-                                     alpha=0.5 if circular and utilisation is None else 0.8,
+                                     linestyles=styles,
+                                     alpha=0.5 if circular and utilisation is None else 0.9,
                                      zorder=1))
     many = len(fabric.nodes) > LABEL_NODES_UP_TO
     roles: dict[str, list[str]] = {}
     for node in fabric.nodes.values():
         roles.setdefault(node.role, []).append(node.name)
     for index, (role, names) in enumerate(roles.items()):
-        color = ROLE_COLORS.get(role, f"C{index}")
+        marker, fill = role_style(role, index)
         ax.scatter([pos[n][0] for n in names], [pos[n][1] for n in names],
-                   s=18 if role == HOST else 70, marker="o" if role == HOST else "s",
-                   color=color, edgecolors="black", linewidths=0.4, zorder=2,
+                   s=22 if role == HOST else 80, marker=marker, color=fill,
+                   edgecolors="black", linewidths=0.6, zorder=2,
                    label=f"{role} ({len(names)})")
         if many:
             continue
@@ -388,17 +419,20 @@ def draw(fabric: Fabric, path, utilisation: dict[str, float | None] | None = Non
                         fontsize=5 if below or circular else 6)
     params = textwrap.fill(", ".join(f"{k}={_number(v)}" for k, v in fabric.params.items()),
                            width=int(figsize[0] * 14))  # about 14 characters an inch at 8 pt
-    heading = f"{title}\nweathermap: " if title else ""
+    heading = f"{title}\n{'weathermap' if utilisation is not None else 'topology'}: " \
+        if title else ""
     ax.set_title(f"{heading}{fabric.kind}: {len(fabric.hosts)} hosts, {len(fabric.switches)} "
                  f"switches, {len(fabric.links)} links\n{params}", fontsize=8)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.08 if utilisation is not None else 1.0, 1.0),
-              fontsize=7)
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + extra_legend, loc="upper left",
+              bbox_to_anchor=(1.08 if utilisation is not None else 1.0, 1.0), fontsize=7)
     ax.margins(0.05, 0.12)
     ax.set_aspect("equal" if circular else "auto")
     ax.axis("off")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, format=fmt, bbox_inches="tight")
-    plt.close(fig)
+    path = Path(path)  # in a folder that exists: the caller's, or a run's plots/
+    try:
+        fig.savefig(path, dpi=150, format=fmt, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path

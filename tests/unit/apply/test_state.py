@@ -100,6 +100,46 @@ def test_ledger_round_trip(state_dir):
     assert all(isinstance(pid, int) for pid in loaded.processes)
 
 
+def test_the_ledger_names_the_phase_a_run_is_in_and_when_it_began(state_dir):
+    ledger = Ledger("r", os.getpid())
+    ledger.save()
+    assert Ledger.load().phase == "" and Ledger.load().phase_t_monotonic_s is None
+    for phase in state.PHASES:
+        before = time.monotonic()
+        ledger.set_phase(phase)
+        loaded = Ledger.load()  # saved at once: a watcher of the file sees it
+        assert loaded.phase == phase
+        assert before - 1e-6 <= loaded.phase_t_monotonic_s <= time.monotonic()
+    assert state.PHASES == ("bring-up", "workload", "tear-down")
+
+
+def test_a_ledger_written_before_phases_existed_still_loads(state_dir):
+    (state_dir).mkdir(parents=True, exist_ok=True)
+    (state_dir / "state.json").write_text('{"run_id": "old", "owner_pid": 1, "processes": {}, '
+                                          '"bridges": [], "interfaces": [], "netns_inodes": [], '
+                                          '"ovs_started": false, "settings": {}, "pinned": []}')
+    assert Ledger.load().run_id == "old" and Ledger.load().phase == ""
+
+
+def test_how_a_process_ended_and_what_state_it_is_in(children):
+    assert state.exit_description(-9) == "killed by SIGKILL"
+    assert state.exit_description(-15) == "killed by SIGTERM"
+    assert state.exit_description(3) == "exited with status 3"
+    assert state.exit_description(None) == "still running"
+    child = children([sys.executable, "-c", "import time; time.sleep(30)"])
+    deadline = time.monotonic() + CHILD_EXIT_TIMEOUT_S
+    while not state.process_cmdline(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)  # empty for a moment while the child execs
+    assert "time.sleep(30)" in state.process_cmdline(child.pid)
+    os.kill(child.pid, signal.SIGSTOP)
+    while state.process_state(child.pid) != "T" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert state.process_state(child.pid) == "T"
+    child.kill()
+    child.wait()
+    assert state.process_state(child.pid) is None and state.process_cmdline(child.pid) == ""
+
+
 def test_ledger_load_without_a_file_or_with_garbage(state_dir):
     assert Ledger.load() is None
     state_dir.mkdir(parents=True)

@@ -5,6 +5,7 @@ processes run here; the network is a stand-in that starts them locally."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from testbed.drive.ranks import (
     Launch,
     RankWatch,
     all_ranks_window,
+    casualty,
     collect_ranks,
     host_problems,
     launches,
@@ -25,6 +27,7 @@ from testbed.drive.ranks import (
     rank_argv,
     run_ranks,
     start_ranks,
+    unfinished,
     window_of,
 )
 from testbed.measure.generators import GeneratorCpu
@@ -114,6 +117,52 @@ def test_a_rank_that_outlives_its_time_is_killed(tmp_path):
         collect_ranks(procs, tmp_path, Progress(lambda m: None, live=False), timeout_s=1.0)
     assert time.monotonic() - t0 < 10
     assert procs[1].poll() is not None  # killed, not left behind
+
+
+def test_the_rank_killed_from_outside_is_named_before_the_peers_it_broke():
+    # rank 2 was SIGKILLed; ranks 0 and 1 then failed on their broken connections (exit 1)
+    assert casualty([1, 1, -9, None]) == 2
+    assert casualty([0, 0, 0]) is None and casualty([1, None]) is None
+
+
+def test_a_stopped_rank_is_named_as_stopped_at_the_deadline():
+    assert unfinished("AllReduce iterations", {3: "S", 5: "T", 6: "S"}, 30.0) == (
+        "AllReduce iterations: rank 5 was stopped (SIGSTOP) and it and 2 others did not "
+        "finish in 30 s")
+    assert unfinished("steps", {5: "T"}, 30.0) == (
+        "steps: rank 5 was stopped (SIGSTOP) and it did not finish in 30 s")
+    assert unfinished("steps", {1: "S", 2: "R"}, 9.0) == "steps: ranks [1, 2] did not finish in 9 s"
+
+
+def test_a_rank_killed_mid_run_is_the_error(tmp_path):
+    net = local_fabric()
+    procs = start_ranks(net, [Launch("h0", program(0, "import time; time.sleep(60)\n")),
+                              Launch("h1", program(1, "import time; time.sleep(60)\n"))],
+                        tmp_path)
+    time.sleep(0.2)
+    procs[1].send_signal(signal.SIGKILL)  # what a failure schedule's kill does
+    procs[1].wait()
+    t0 = time.monotonic()
+    with pytest.raises(errors.TestbedError, match=r"^steps: rank 1 died: killed by SIGKILL$"):
+        collect_ranks(procs, tmp_path, Progress(lambda m: None, live=False), what="steps",
+                      timeout_s=30.0)
+    assert time.monotonic() - t0 < 10  # at once, not at the deadline
+    assert procs[0].poll() is not None  # the survivor waiting for it was killed, not left
+
+
+def test_a_stopped_rank_fails_the_run_at_its_timeout_named(tmp_path):
+    net = local_fabric()
+    procs = start_ranks(net, [Launch("h0", program(0)),
+                              Launch("h1", program(1, "import time; time.sleep(60)\n"))],
+                        tmp_path)
+    procs[1].send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    with pytest.raises(errors.TestbedError, match=r"rank 1 was stopped \(SIGSTOP\) and it did "
+                                                  r"not finish in 1 s"):
+        collect_ranks(procs, tmp_path, Progress(lambda m: None, live=False), what="steps",
+                      timeout_s=1.0)
+    assert time.monotonic() - t0 < 10
+    assert procs[1].poll() is not None  # SIGKILL ends a stopped process too
 
 
 def test_windows_span_every_rank():

@@ -13,6 +13,7 @@ import matplotlib.figure
 import pytest
 from pydantic import ValidationError
 from tests.unit.stand_ins import StandInFabric, StandInRun, StandInWatch
+from tests.unit.summaries import run_summary
 
 import testbed.cli
 import testbed.harness.run
@@ -474,7 +475,7 @@ def write_summary(run_dir: Path, results: dict[str, dict], recorded_dir: str) ->
     scenario = Scenario(name="dctcp", experiment="dctcp", link_rate_mbit=RATE_MBIT,
                         mtu_bytes=MTU).model_dump(mode="json")
     run_dir.joinpath("summary.json").write_text(json.dumps({
-        "run_id": "r1", "experiment": "dctcp", "results_dir": recorded_dir,
+        **run_summary(run_id="r1", experiment="dctcp", results_dir=recorded_dir),
         "scenario": scenario, "params": DctcpParams().model_dump(mode="json"),
         "link_rate_mbit": RATE_MBIT,
         "setups": {name: {"fabric": {"label": "spineleaf leaves=1"}} for name in results},
@@ -515,15 +516,17 @@ def test_the_harness_makes_the_verdict_report_and_plots_of_a_run(tmp_path):
     e = experiment()
     results = run_results(tmp_path)
     results["n8-ecn"]["utilisation"] = 0.5
-    summary = {"run_id": "r1", "experiment": "dctcp", "title": e.title, "headline": "h",
-               "status": COMPLETE, "error": None, "started_at": "t", "finished_at": None,
-               "provenance": provenance(detect()), "results_dir": str(tmp_path),
+    summary = {**run_summary(run_id="r1", experiment="dctcp", results_dir=str(tmp_path),
+                             status=COMPLETE),
+               "title": e.title, "provenance": provenance(detect()),
                "link_rate_mbit": RATE_MBIT, "setups": {s.name: s.describe() for s in e.setups()}}
     outcome = finish(summary, results, e, tmp_path, log=lambda message: None)
     assert outcome.verdict.counts() == {PASS: 9, FAIL: 1, NOT_JUDGED: 0}
     assert [(c.setup, c.name) for c in outcome.verdict.failed] == [("n8-ecn", "ECN utilisation")]
     assert outcome.verdict.emulator_trusted  # every setup's fidelity checks passed
-    assert sorted(outcome.summary["plots"]) == ["plots/queue_cdf.png", "plots/queue_time.png"]
+    assert sorted(p["path"] for p in outcome.summary["plots"]) == ["plots/queue_cdf.png",
+                                                                 "plots/queue_time.png"]
+    assert all(p["caption"] in e.captions.values() for p in outcome.summary["plots"])
     report = (tmp_path / "report.md").read_text()
     for entry in PUBLISHED:
         assert entry["statement"] in report

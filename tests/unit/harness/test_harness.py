@@ -15,7 +15,7 @@ from testbed.apply.failures import FailureEvent, FailureSchedule
 from testbed.errors import ConfigError
 from testbed.harness.plans import queue_plan
 from testbed.harness.progress import Progress, describe, eta_s
-from testbed.harness.report import checks_table, compare, html_page, markdown, write_report
+from testbed.harness.report import checks_table
 from testbed.harness.run import COMPLETE, FAILED, Outcome, new_run_id, plot_title
 from testbed.harness.scenario import QueueSpec
 from testbed.model.topology.fattree import fat_tree
@@ -117,61 +117,12 @@ def test_progress_logs_the_end_once_and_otherwise_at_most_every_interval():
     assert [line.split(",")[0] for line in lines] == ["work: 3/3", "work: done in 0.0 s"]
 
 
-# --- reports -------------------------------------------------------------------------------------
-
-
-def summary_of(verdict: Verdict, status=COMPLETE) -> dict:
-    return {"run_id": "r1", "title": "ring AllReduce", "headline": "16 ranks",
-            "status": status, "error": None if status == COMPLETE else "boom",
-            "experiment": "allreduce", "link_rate_mbit": 6.0,
-            "verdict": verdict.to_dict(), "rows": [["busbw", "5.8 Mbit/s"]],
-            "plots": [], "started_at": "t0", "finished_at": "t1",
-            "provenance": {"testbed_version": "0.2.0", "commit": "abc", "kernel": "6.1",
-                           "ovs_version": "3.1.0", "python": "3.11", "cpus": 2,
-                           "paths": {"ovs_datapath": "userspace"}}}
-
-
-def test_the_report_states_each_check_with_measured_against_expected(tmp_path):
-    verdict = Verdict([at_least("busbw / link rate", 0.5, 0.9, "fraction", "too slow")],
-                      [at_most("machine CPU busy", 0.4, 0.95, "fraction")])
-    md = markdown(summary_of(verdict))
-    assert "**COMPLETE: 0 checks passed, 1 failed, 0 not judged; emulator TRUSTED**" in md
-    assert "| FAIL | busbw / link rate | 0.5 | >= 0.9 | - | fraction |  | too slow |" in md
-    assert "| busbw | 5.8 Mbit/s |" in md
-    page = html_page(summary_of(verdict, FAILED), tmp_path)
-    assert '<td class="FAIL">FAIL</td>' in page and "Stopped: <code>boom</code>" in page
-    assert [p.name for p in write_report(summary_of(verdict), tmp_path)] == ["report.md",
-                                                                           "report.html"]
-
-
-def test_the_html_report_carries_its_plots_inline(tmp_path):
-    (tmp_path / "plots").mkdir()
-    (tmp_path / "plots" / "a.png").write_bytes(b"\x89PNG fake")
-    summary = summary_of(Verdict())
-    summary["plots"] = ["plots/a.png"]
-    assert "data:image/png;base64,iVBORyBmYWtl" in html_page(summary, tmp_path)
-    assert "![a](plots/a.png)" in markdown(summary)
+# --- reports (more in test_report.py) ---------------------------------------------------------
 
 
 def test_checks_table_shows_not_judged_and_setups():
     rows = checks_table([Check("x", None, ">= 1", None, "", None, "", "n2").to_dict()])
     assert rows[1] == ["n/a", "x", "-", ">= 1", "-", "", "n2", ""]
-
-
-def test_compare_lines_runs_up_by_check(tmp_path):
-    for name, checks in (("a", [at_least("busbw", 0.95, 0.9, "")]),
-                         ("b", [at_least("busbw", 0.5, 0.9, ""), holds("extra", True)])):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "summary.json").write_text(json.dumps(
-            {**summary_of(Verdict(checks)), "run_id": name}))
-    rows = compare([tmp_path / "a", tmp_path / "b"])
-    assert rows[0] == ["check", "a", "b"]
-    assert ["busbw", "0.95 PASS", "0.5 FAIL"] in rows and ["extra", "-", "True PASS"] in rows
-
-
-def test_compare_refuses_a_folder_without_a_summary(tmp_path):
-    with pytest.raises(ConfigError):
-        compare([tmp_path])
 
 
 # --- exit status -----------------------------------------------------------------------------
@@ -248,8 +199,8 @@ def test_the_schedule_stops_with_the_workload_and_records_failures():
                                FailureEvent(30.0, "switch_up", switch="s1")],
                          log=lambda m: None) as schedule:
         time.sleep(0.1)
-    assert schedule.applied == [{"at_s": 0.0, "event": "link_down a-b",
-                                 "error": "no such interface"}]
+    assert schedule.applied == [{"at_s": 0.0, "event": "link_down a-b", "action": "link_down",
+                                 "target": "a-b", "error": "no such interface"}]
     assert net.calls == []  # the switch event never came: the block ended first
 
 

@@ -48,7 +48,7 @@ def test_good_file(tmp_path):
     assert (e.name, e.rate_mbit, e.mtu_bytes) == ("allreduce", 8.5, 1500)
     assert e.params.model_dump() == {"size_bytes": 4096, "channels": 2, "warmup": 0, "iters": 5,
                                      "expect_busbw_fraction": 0.9, "algorithm": "ring",
-                                     "transport": "tcp"}
+                                     "transport": "tcp", "timeout_s": 600.0}
     (setup,) = resolved.setups
     assert setup.fabric.kind == "fattree" and len(setup.fabric.hosts) == 2
     assert setup.routing == "single" and setup.queue is None
@@ -83,7 +83,7 @@ queue: {pfc: maybe}
 failures: [{at_s: 2, action: link_down}]
 params: {size_bytes: 1001, chanels: 2}
 """)
-    assert found[0].startswith("line 1: name: must be letters, digits")
+    assert found[0].startswith("line 1: name: must be ASCII letters, digits")
     assert "line 3: topology.kk: not a parameter of fattree; valid: k, fabric_rate_mbit, hosts_per_edge" in found
     assert any(f.startswith("line 4: link_rate_mbit: Input should be greater than 0") for f in found)
     assert any(f.startswith("line 5: queue.pfc:") for f in found)
@@ -233,7 +233,8 @@ def test_merge_writes_dotted_fields_into_a_copy():
 def test_validate_from_a_mapping_names_the_source():
     with pytest.raises(ScenarioError) as info:
         validate({"name": "x", "mtu_bytes": 100}, "testbed allreduce")
-    assert str(info.value).startswith("testbed allreduce: 1 problem")
+    assert str(info.value) == ("testbed allreduce: mtu_bytes: Input should be greater than "
+                               "or equal to 576, got 100")
 
 
 def test_the_published_schema_is_current():

@@ -26,9 +26,10 @@ from testbed.cli import EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_VERDICT, main
 
 @pytest.fixture
 def machine(tmp_path, monkeypatch):
-    """Root granted, the run lock always free, the state file in tmp_path; the holder is
-    never started: ``started`` records what it would have been handed."""
+    """Root (and Mininet) granted, the run lock always free, the state file in tmp_path; the
+    holder is never started: ``started`` records what it would have been handed."""
     monkeypatch.setattr(testbed.cli, "check_root", lambda: None)
+    monkeypatch.setattr(testbed.cli, "check_can_build", lambda: None)
     monkeypatch.setattr(testbed.cli, "RunLock", lambda run_id: nullcontext())
     monkeypatch.setattr(attach, "SESSION_PATH", tmp_path / "state" / "session.json")
     monkeypatch.setattr(testbed.apply.state, "LEDGER_PATH", tmp_path / "state" / "state.json")

@@ -396,8 +396,8 @@ def test_build_unknown_topology():
 def test_build_unknown_parameter():
     with pytest.raises(ConfigError) as info:
         build("fattree", k=4, radix=8)
-    assert info.value.field == "topology"
-    assert "radix" in str(info.value)
+    assert info.value.field == "radix"
+    assert "not a parameter of fattree; valid: k, host_rate_mbit" in str(info.value)
 
 
 def test_build_passes_parameter_errors_through():

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from testbed.model.topology.fattree import fat_tree
-from testbed.plan.bring_up import OFFLOADS_OFF, host_script, machine_resolvers, ovs_transaction
+from testbed.plan.bring_up import (
+    OFFLOADS_OFF,
+    host_script,
+    link_ends,
+    machine_resolvers,
+    ovs_transaction,
+)
 from testbed.plan.port_queue import Impairment, default_buffer_bytes, port_plan
 from testbed.plan.profiles import QueueConfig, StepEcn
 
@@ -90,3 +96,10 @@ def test_the_machines_resolvers_are_unreachable_from_the_hosts():
     assert "route add unreachable 10.255.255.53/32" in script
     assert f"unreachable {fabric.hosts[1].ip}/" not in script  # never a fabric host
     assert "unreachable" not in host_script(fabric, host.name)
+
+
+def test_a_links_ends_say_which_namespace_holds_each():
+    fabric = fat_tree(4, host_rate_mbit=6.0)
+    assert link_ends(fabric, "p0e0h0", "p0e0") == [("p0e0h0-eth0", "p0e0h0", 6.0),
+                                                   ("p0e0-eth1", None, 6.0)]
+    assert [host for _, host, _ in link_ends(fabric, "p0a0", "p0e0")] == [None, None]

@@ -18,8 +18,18 @@ from testbed.harness.plans import (
 )
 from testbed.harness.scenario import ImpairmentSpec
 from testbed.model.topology import build
-from testbed.plan.loss_plan import Cut, Loss, host_key
-from testbed.plan.port_queue import Impairment
+from testbed.plan.bpf_maps import unpack_value, update_command
+from testbed.plan.loss_plan import (
+    CONFIG_LAYOUT,
+    MODE_OFF,
+    Cut,
+    Loss,
+    config_commands,
+    host_key,
+    loss_config_command,
+    off_config,
+)
+from testbed.plan.port_queue import Impairment, impairment_change_argv, port_plan
 
 
 def platform(netem: bool, loss_tools: bool = True) -> Platform:
@@ -110,3 +120,43 @@ def test_the_harness_records_the_path_and_what_the_program_dropped():
     netem = impairment_plan([spec(link=["l0h1", "l0"], loss_percent=1.0)], fabric(),
                             platform(True))
     assert "loss_counters" not in impairment_record(netem, net)
+
+
+# --- links a failure schedule impairs ---------------------------------------------------------
+
+
+def test_a_scheduled_impairment_gets_a_netem_that_does_nothing_until_the_fault():
+    f = fabric()
+    plan = impairment_plan([], f, platform(True), scheduled=[("l0h1", "l0")])
+    idle = Impairment(scheduled=True)
+    assert plan.path == IMPAIRMENT_NETEM and plan.netem == {"l0h1-eth0": idle, "l0-eth2": idle}
+    assert plan.record()["scheduled"] == [["l0h1", "l0"]]
+    # the port's queue hangs under a netem at its root, as for any impaired port...
+    assert port_plan("l0-eth2", 10.0, 1500, impairment=idle).tc[0] == (
+        "qdisc replace dev l0-eth2 root handle 1: netem limit 1000")
+    # ...and the fault changes that netem in place, then puts it back
+    assert impairment_change_argv("l0-eth2", 10.0, Impairment(delay_ms=5, loss_percent=2)) == [
+        "tc", "qdisc", "change", "dev", "l0-eth2", "root", "handle", "1:", "netem", "limit",
+        "1000", "delay", "5ms", "loss", "2%"]
+    assert impairment_change_argv("l0-eth2", 10.0, idle)[-3:] == ["netem", "limit", "1000"]
+
+
+def test_the_scenarios_own_impairment_stays_what_a_healed_fault_returns_to():
+    f = fabric()
+    own = spec(link=["l0h1", "l0"], loss_percent=1.0)
+    netem = impairment_plan([own], f, platform(True), scheduled=[("l0h1", "l0"), ("l0", "s0")])
+    assert netem.netem["l0-eth2"] == Impairment(loss_percent=1.0)
+    assert netem.netem["l0-eth3"] == Impairment(scheduled=True)
+    ebpf = impairment_plan([own], f, platform(False), scheduled=[("l0h1", "l0"), ("l0", "s0")])
+    losses = {(cut.src, cut.dst): loss for cut, loss in ebpf.losses}
+    assert losses[("l0", "l0h1")] == Loss(0.01) and losses[("s0", "l0")] is None
+    assert len(losses) == 4
+    assert {c["loss_percent"] for c in ebpf.record()["cuts"]} == {0.0, 1.0}
+
+
+def test_a_cut_that_loses_nothing_yet_is_configured_off():
+    assert unpack_value(CONFIG_LAYOUT, off_config())["mode"] == MODE_OFF
+    assert loss_config_command(7, None) == update_command("loss_config", 7, off_config())
+    assert config_commands(7, None)[1] == loss_config_command(7, None)
+    assert loss_config_command(7, Loss(0.5)) == update_command("loss_config", 7,
+                                                               Loss(0.5).config())

@@ -56,9 +56,11 @@ def no_runs(monkeypatch):
 
 
 def error_lines(capsys) -> list[str]:
+    """What a command printed on stderr: one or more ``testbed: error:`` lines, no traceback."""
     out, err = capsys.readouterr()
     lines = err.splitlines()
     assert lines and all(line.startswith("testbed: error: ") for line in lines), err
+    assert "Traceback" not in err
     return lines
 
 

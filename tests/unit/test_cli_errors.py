@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.unit.summaries import UNTRUSTED, run_summary
+from tests.unit.test_cli import error_lines
 
 import testbed.cli
 import testbed.harness.run
@@ -18,14 +19,6 @@ from testbed.harness.yaml_input import MAX_BYTES
 from testbed.model.verdict import at_least
 
 FAST_S = 1.0
-
-
-def error_lines(capsys) -> list[str]:
-    out, err = capsys.readouterr()
-    lines = err.splitlines()
-    assert lines and all(line.startswith("testbed: error: ") for line in lines), err
-    assert "Traceback" not in err
-    return lines
 
 
 def one_error(capsys) -> str:

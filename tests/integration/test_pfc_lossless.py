@@ -33,7 +33,12 @@ ROUNDS = 3
 # there, so that run cannot be trusted at any rate: tests/vm/allowed-skips.txt names the
 # skip of the trust assertion; every functional assertion holds before it.
 IN_VM = os.environ.get("TESTBED_IN_VM") == "1"
-VM_OVERRIDES = {"link_rate_mbit": 2, "params.buffer_bytes": 100_000} if IN_VM else {}
+# Under software emulation the pause path is slower than the 20 ms per end the headroom is
+# sized for by default: in a 2-vCPU guest the agent's sample gap was 10.7 ms at p50 and 34.8
+# ms at p99 (121 ms at most) and applying a pause 29 ms at p99, and the fan-in 15 incast lost
+# 87 lossless frames; the headroom is sized for that guest's pause path instead.
+VM_OVERRIDES = {"link_rate_mbit": 2, "params.buffer_bytes": 100_000,
+                "params.pfc_reaction_time_s": 0.15} if IN_VM else {}
 TSHARK_TIMEOUT_S = 120
 PFC_FILTER = "macc.opcode == 0x0101"
 CHECKS = ["every query completed", "PFC: lossless-class drops", "PFC: switch queue drops",

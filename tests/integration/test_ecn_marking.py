@@ -45,7 +45,12 @@ from testbed.plan.settings import tcp_settings
 
 pytestmark = pytest.mark.stock_kernel
 
-RATE_MBIT = 20.0
+# In the stock-kernel guest under software emulation the RTT is several times the host's, so
+# at 20 Mbit/s the senders' late reaction to a mark overshot K + 3 frames in 12% of the
+# samples of one run (under 10% in another); at half the rate the same RTT queues half the
+# bytes.
+IN_VM = os.environ.get("TESTBED_IN_VM") == "1"
+RATE_MBIT = 10.0 if IN_VM else 20.0
 MTU = 1500
 K_BYTES = 30_000
 BUFFER_BYTES = default_buffer_bytes(RATE_MBIT, MTU)  # 50 ms at 20 Mbit/s: 125000 B
@@ -73,11 +78,7 @@ REAL = "real"  # the bottleneck's real backlog, sampled beside the model under t
 MODEL_GAP_TOLERANCE_BYTES = 3 * MTU
 
 # With ECN:
-# Senders react one RTT after a mark: a few frames above K. In the stock-kernel guest under
-# software emulation the RTT is several times the host's, and RED marks on its average queue:
-# there 88% of the samples stood within 3 frames of K in one run, above 90% in another.
-IN_VM = os.environ.get("TESTBED_IN_VM") == "1"
-NEAR_K_TOLERANCE_BYTES = (6 if IN_VM else 3) * MTU
+NEAR_K_TOLERANCE_BYTES = 3 * MTU  # senders react one RTT after a mark: a few frames above K
 NEAR_K_FRACTION = 0.90  # of judged samples at or under K + tolerance ("most of the time")
 REACHES_K_TOLERANCE_BYTES = 3 * MTU  # p99 of the queue gets this close to K: marking did
                                      # not start far below it

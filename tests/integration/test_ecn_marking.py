@@ -20,6 +20,7 @@ the stock-kernel suite (make vm-test)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -44,7 +45,12 @@ from testbed.system.sockets import wait_listening
 
 pytestmark = pytest.mark.stock_kernel
 
-RATE_MBIT = 20.0
+# In the stock-kernel guest under software emulation the RTT is several times the host's, so
+# at 20 Mbit/s the senders' late reaction to a mark overshot K + 3 frames in 12% of the
+# samples of one run (under 10% in another); at half the rate the same RTT queues half the
+# bytes.
+IN_VM = os.environ.get("TESTBED_IN_VM") == "1"
+RATE_MBIT = 10.0 if IN_VM else 20.0
 MTU = 1500
 K_BYTES = 30_000
 BUFFER_BYTES = default_buffer_bytes(RATE_MBIT, MTU)  # 50 ms at 20 Mbit/s: 125000 B

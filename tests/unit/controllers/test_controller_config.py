@@ -152,3 +152,13 @@ def test_spread_of_dragonfly_groups_reads_their_ports(mode):
     rates = {label: 3.0 for label in rates}
     spread = ecmp_spread(fabric, mode, rates)
     assert spread["switches"] and spread["jain_mean"] == 1.0
+
+
+def test_an_uplink_counts_as_used_relative_to_the_link_rate():
+    """A slow fabric's flows are slow too: at 1 Mbit/s, 0.25 Mbit/s on an uplink is traffic."""
+    fabric = build("fattree", k=4, host_rate_mbit=1.0)
+    rates = {d.label: 0.25 for d in link_directions(fabric)}
+    spread = ecmp_spread(fabric, "ecmp", rates)
+    assert spread["uplinks_used"] == spread["uplinks_in_groups"] > 0 and spread["spread"]
+    rates = {label: 0.04 for label in rates}  # under 5% of the rate: not counted
+    assert ecmp_spread(fabric, "ecmp", rates)["uplinks_used"] == 0

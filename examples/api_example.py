@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 
         # an experiment's measurement on this fabric
         outcome = fab.run("allreduce", params=SMALL_ALLREDUCE)
-        for what, value in outcome.summary.get("rows", []):
-            print(f"  {what}: {value}")
+        for row in outcome.summary.get("rows", []):
+            print(f"  {row['what']}: {row['text']}")
         verified = next((c for c in outcome.verdict.checks
                          if c.name == "data verified on every rank"), None)
         expect(outcome.status == "complete" and verified is not None and bool(verified.passed),

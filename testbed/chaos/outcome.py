@@ -123,6 +123,10 @@ def judge(trial, obs: Observation, integrity: tuple[str, ...]) -> TrialVerdict:
     if obs.hung:
         reasons.append(f"did not end within {trial.within_s:.0f} s (ended as hung)")
     expected = trial.expected
+    if expected == RECOVERED and obs.landed == ENDED:
+        # the SIGKILL came after the run had ended: nothing was injected, so the run must
+        # simply have passed (the suite counts only kills that landed towards each phase)
+        expected = PASSES
     if expected == PASSES:
         if obs.exit_status != EXIT_OK:
             reasons.append(f"exit {obs.exit_status}, not 0")

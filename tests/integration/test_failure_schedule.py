@@ -63,7 +63,7 @@ def test_a_scheduled_loss_starts_and_ends_on_its_link_and_the_ring_still_verifie
     assert result["impairments"]["scheduled"] == [["p0a0", core]]
     if result["impairments"]["path"] == "ebpf-loss":  # netem counts nothing of its own here
         assert result["impairments"]["loss_counters"]["matched"] > 0
-    assert "plots/faults.png" in outcome.summary["plots"]
+    assert "plots/faults.png" in [plot["path"] for plot in outcome.summary["plots"]]
 
 
 def test_a_rank_stopped_for_a_while_is_resumed_and_the_ring_completes(tmp_path):

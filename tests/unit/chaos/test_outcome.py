@@ -130,6 +130,18 @@ def test_a_killed_run_is_recovered_by_clean_and_the_next_run_passes():
         "the next run left behind: 1 veths (p0e0-eth1 (veth))"]
 
 
+def test_a_kill_that_came_after_the_run_ended_is_a_plain_run_not_a_wrong_verdict():
+    from testbed.chaos.outcome import ENDED
+
+    t = trial("sigkill-tear-down", RECOVERED, kill_phase="tear-down", kill_fraction=0.9)
+    missed = Observation(0, 30.0, summary=summary(), leftovers=NOTHING, landed=ENDED,
+                         clean_status=0, next_run=Observation(0, 30.0, summary=summary(),
+                                                              leftovers=NOTHING))
+    v = judge(t, missed, RING)
+    assert v.held and not v.wrongly_verified
+    assert not judge(t, replace(missed, summary=summary(verified="FAIL")), RING).held
+
+
 def test_a_plain_run_must_exit_0_verified():
     t = trial(BASELINE, PASSES)
     assert judge(t, Observation(0, 30.0, summary=summary(), leftovers=NOTHING), RING).held

@@ -28,6 +28,7 @@ from testbed.errors import TestbedError
 from testbed.model.topology.base import Fabric, Link
 from testbed.plan.bring_up import fping_argv, link_interfaces, root_ends
 from testbed.system.ovs_tables import parse_flows, parse_groups
+from testbed.system.sockets import read_listening_ports
 
 SESSION_PATH = STATE_DIR / "session.json"  # the fabric ``testbed up`` keeps (SessionState)
 MNEXEC = "mnexec"
@@ -152,6 +153,10 @@ class Attached:
         """Start ``argv`` in ``host``'s namespaces (what testbed.drive.flows needs of a
         network)."""
         return subprocess.Popen(exec_argv(self.pid(host), argv), **kwargs)
+
+    def listening_ports(self, host: str) -> set[int]:
+        """The TCP ports listening in ``host`` now (what testbed.drive.flows waits on)."""
+        return read_listening_ports(self.pid(host))
 
     def run(self, host: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
         """Run ``argv`` in ``host``'s namespaces to its end."""

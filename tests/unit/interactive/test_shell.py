@@ -254,3 +254,18 @@ def test_tables_are_listed_from_ovs_output():
         "  table 0 priority 100 packets 10 bytes 980  ip,nw_dst=10.0.0.2  actions=output:1",
         "  table 0 priority 0 packets 0 bytes 0  *  actions=drop"]
     assert group_lines("s1", "") == ["s1: 0 groups"]
+
+
+def test_an_attached_fabric_offers_every_member_the_flow_driver_uses():
+    """`testbed cli`'s iperf and the API's iperf hand an Attached fabric to
+    testbed.drive.flows.run_flows: every ``net.<member>`` the driver reads must be there."""
+    import re
+    from dataclasses import fields
+    from pathlib import Path
+
+    import testbed.drive.flows as flows
+    from testbed.interactive.attach import Attached
+
+    used = set(re.findall(r"\bnet\.(\w+)", Path(flows.__file__).read_text()))
+    offered = {f.name for f in fields(Attached)} | set(dir(Attached))
+    assert used and used <= offered, used - offered

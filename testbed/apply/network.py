@@ -674,6 +674,16 @@ class FabricNetwork:
         return {by_intf[intf]: spans for intf, spans in
                 self.pfc.paused_spans(t0_monotonic, t1_monotonic).items() if intf in by_intf}
 
+    def empty_spans(self, t0_monotonic: float,
+                    t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
+        """When each egress port's lossless queues read empty within the interval (the pause
+        agent's samples), by link direction; empty without PFC."""
+        if self.pfc is None:
+            return {}
+        by_intf = {p.intf: p.label for p in self.shaped_ports}
+        return {by_intf[intf]: spans for intf, spans in
+                self.pfc.empty_spans(t0_monotonic, t1_monotonic).items() if intf in by_intf}
+
     def pause_events(self) -> list[dict]:
         """The pause agent's events so far (testbed.apply.pfc_runtime.PfcRuntime.events);
         empty without PFC."""

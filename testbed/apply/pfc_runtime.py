@@ -6,12 +6,22 @@ summary (drops in the lossless queues are ``testbed.system.counters.lossless_dro
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from testbed.apply.agent_process import AgentProcess
-from testbed.apply.pfc_agent import COUNTERS_FILE, EVENTS_FILE, NETNS_FILE, READY_FILE
+from testbed.apply.pfc_agent import (
+    COUNTERS_FILE,
+    EVENTS_FILE,
+    NETNS_FILE,
+    QUEUE_SAMPLE_S,
+    QUEUES_FILE,
+    READY_FILE,
+    SNAPSHOT_S,
+)
 from testbed.apply.state import Ledger
+from testbed.model.records import read_json_lines
 from testbed.model.topology.base import Fabric
 from testbed.plan.pfc import PAUSE as PAUSE_EVENT
 from testbed.plan.pfc import RESUME as RESUME_EVENT
@@ -92,6 +102,48 @@ class PauseAgentProcess(AgentProcess):
         """When each interface's lossless class was paused within the interval, from the
         agent's events (a pause still open at the end counts up to it)."""
         return paused_within(self.events(), t0_monotonic, t1_monotonic)
+
+    def empty_spans(self, t0_monotonic: float,
+                    t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
+        """When each switch port's lossless queues all read empty within the interval, from
+        the agent's queue log (flushed every ``SNAPSHOT_S``: the last two flushes' worth of
+        time is not known yet and counts as not empty)."""
+        ports = [intf for intfs in self.plan.switch_ports.values() for intf in intfs]
+        return empty_within(read_json_lines(self.workdir / QUEUES_FILE), ports,
+                            QUEUE_SAMPLE_S, t0_monotonic,
+                            min(t1_monotonic, time.monotonic() - 2 * SNAPSHOT_S))
+
+
+def empty_within(samples: list[dict], interfaces: Iterable[str], sample_s: float,
+                 t0: float, t1: float) -> dict[str, list[tuple[float, float]]]:
+    """The spans within [t0, t1] in which each interface's lossless queues all read empty,
+    from the pause agent's queue log: a sample (``t``, ``q``: "intf/priority" -> backlog
+    bytes, non-zero ones only) every ``sample_s`` while any queue holds something, none
+    while all are empty. An interface is empty from a sample that leaves it out until the
+    next sample; one that names it holds it busy until the next sample, or for ``sample_s``
+    when the next comes more than two samples later (the samples between read all empty).
+    Only interfaces empty at some point of the interval."""
+    if t1 <= t0:
+        return {}
+    lines = sorted((s for s in samples if s["t"] < t1), key=lambda s: s["t"])
+    busy_in = [(s["t"], {key.rsplit("/", 1)[0] for key in s.get("q", {})}) for s in lines]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for intf in interfaces:
+        spans: list[tuple[float, float]] = []
+        empty_from = t0  # before the first sample every queue was empty
+        for i, (t, busy) in enumerate(busy_in):
+            if intf not in busy:
+                continue
+            if t > empty_from:
+                spans.append((empty_from, t))
+            end = busy_in[i + 1][0] if i + 1 < len(busy_in) else t1
+            empty_from = max(empty_from, end if end - t <= 2 * sample_s else t + sample_s)
+        if t1 > empty_from:
+            spans.append((empty_from, t1))
+        clipped = [(max(a, t0), min(b, t1)) for a, b in spans if min(b, t1) > max(a, t0)]
+        if clipped:
+            out[intf] = clipped
+    return out
 
 
 def paused_within(events: list[dict], t0: float,

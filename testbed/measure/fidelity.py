@@ -11,7 +11,7 @@ The verdict rests on three signals, as totals or means over the workload:
   instead, and this is where it shows;
 - delivery of every backlogged port, whatever the workload: a port whose queue held a standing
   backlog had packets to send all along, so it must have sent at its rate (less the time PFC
-  paused it). A shaper that drains below its rate (late timer wake-ups: steal, softirq work
+  paused it, and the gaps the pause agent's finer samples found it empty in). A shaper that drains below its rate (late timer wake-ups: steal, softirq work
   deferred) lengthens every queue and cuts every rate while no other signal moves;
 - on the eBPF marking path, the marker's model of each marked queue against the kernel's own
   reading of that queue (``testbed.apply.backlogs``, a reading the marker never sees): marks
@@ -61,7 +61,8 @@ STOLEN_NOTE_FRACTION = 0.05
 # its queue in at least STANDING_SAMPLE_FRACTION of the samples of the window (at least
 # MIN_QUEUE_SAMPLES of them): it had something to send nearly all the time, so it must send at
 # its rate, at least MIN_BACKLOGGED_DELIVERY_FRACTION of it while it was backlogged (between
-# samples that both found it so), less the time PFC paused it.
+# samples that both found it so), less the time PFC paused it or, where the pause agent samples
+# its lossless queues, the time they read empty.
 STANDING_BACKLOG_FRAMES = 2
 STANDING_SAMPLE_FRACTION = 0.5
 MIN_QUEUE_SAMPLES = 4
@@ -129,6 +130,17 @@ def overlap_s(spans: list[tuple[float, float]], start: float, end: float) -> flo
     return sum(max(0.0, min(end, b) - max(start, a)) for a, b in spans)
 
 
+def union_spans(*span_lists: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The disjoint union of spans, sorted."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(span for spans in span_lists for span in spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        elif end > start:
+            out.append((start, end))
+    return out
+
+
 def backlogged_delivery(t_s: list[float], backlog_bytes: dict[str, list[int]],
                         sent_bytes: dict[str, list[int]], rate_of: dict[str, float],
                         paused: dict[str, list[tuple[float, float]]],
@@ -137,9 +149,10 @@ def backlogged_delivery(t_s: list[float], backlog_bytes: dict[str, list[int]],
     samples that both found at least ``STANDING_BACKLOG_FRAMES`` frames queued (it had
     something to send throughout), the bytes it sent (``sent_bytes``: its cumulative byte
     counter at the same samples) against what its rate sends in the part of those intervals
-    PFC did not pause it (``paused``: its pause spans, in the samples' seconds). A bursty port
-    owes nothing while idle, so its idle time does not count against it. Ports with fewer
-    than ``MIN_BUSY_INTERVALS`` such intervals are not judged."""
+    it owed (``paused``: the spans it owed nothing, in the samples' seconds: PFC paused it,
+    or a finer sampler found its queue empty in between). A bursty port owes nothing while
+    idle, so its idle time does not count against it. Ports with fewer than
+    ``MIN_BUSY_INTERVALS`` such intervals are not judged."""
     standing = standing_ports(t_s, backlog_bytes, window_s, frame_bytes)
     floor = STANDING_BACKLOG_FRAMES * frame_bytes
     inside = _in_window(t_s, window_s)
@@ -436,8 +449,14 @@ class Watch:
             return {"error": s.queue_error}, None
         frame = self.net.fabric.mtu_bytes + ETHERNET_HEADER_BYTES
         t0 = self.sampler._t0
-        paused = {label: [(a - t0, b - t0) for a, b in spans] for label, spans in
-                  self.net.paused_spans(t0 + window_s[0], t0 + window_s[1]).items()}
+        # a port owes its rate neither while PFC paused it nor while the pause agent's finer
+        # samples (every 10 ms) found its lossless queues empty between two of these (an
+        # incast's rounds leave such gaps)
+        span = (t0 + window_s[0], t0 + window_s[1])
+        paused, empty = self.net.paused_spans(*span), self.net.empty_spans(*span)
+        paused = {label: [(a - t0, b - t0) for a, b in union_spans(paused.get(label, []),
+                                                                    empty.get(label, []))]
+                  for label in set(paused) | set(empty)}
         rates = {label: d.rate_mbit for label, d in self.directions.items() if d.rate_mbit}
         sent = {label: [counts[i] for i in s.queue_index]
                 for label, counts in s.link_bytes.items()}

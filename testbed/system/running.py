@@ -130,6 +130,11 @@ class RunningFabric(Protocol):
         """When each egress port's lossless class was paused within the interval, by link
         direction."""
 
+    def empty_spans(self, t0_monotonic: float,
+                    t1_monotonic: float) -> dict[str, list[tuple[float, float]]]:
+        """When each egress port's lossless queues read empty within the interval, by link
+        direction, where the pause agent samples them; empty without PFC."""
+
     # -- the emulator -----------------------------------------------------------------------
     def emulator_processes(self) -> dict[str, list[int]]:
         """The processes that emulate the fabric on this machine (ovs-vswitchd first, then

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-import pytest
-
 from testbed.capabilities import detect
 from testbed.harness.run import run_scenario
 from testbed.experiments.registry import load

@@ -348,6 +348,9 @@ class StandInFabric:
     def paused_spans(self, t0_monotonic, t1_monotonic):
         return {}
 
+    def empty_spans(self, t0_monotonic, t1_monotonic):
+        return {}
+
     def emulator_processes(self):
         return {"ovs-vswitchd": list(self.switchd.pids)}
 

@@ -114,7 +114,7 @@ def test_a_saturated_thread_is_flagged_even_with_machine_cpu_to_spare(cores, tru
 
 # --- the ports' queues: standing backlogs must drain at their rate; the marker must follow ----
 
-from testbed.apply.pfc_runtime import paused_within  # noqa: E402
+from testbed.apply.pfc_runtime import empty_within, paused_within  # noqa: E402
 from testbed.measure.fidelity import (  # noqa: E402
     MARKER_DIVERGENCE_RANGE_FRACTION,
     MARKER_DIVERGENCE_SLACK_FRAMES,
@@ -127,6 +127,7 @@ from testbed.measure.fidelity import (  # noqa: E402
     marker_divergence,
     marker_tolerance_bytes,
     standing_ports,
+    union_spans,
 )
 from testbed.plan.profiles import RedEcn, StepEcn  # noqa: E402
 
@@ -262,6 +263,45 @@ def test_paused_spans_are_the_union_of_the_priorities_pauses_within_the_window()
     assert paused_within(events, 0.0, 10.0) == {"s1-eth1": [(1.0, 4.0)], "h1-eth0": [(8.0, 10.0)]}
     assert paused_within(events, 2.5, 9.0) == {"s1-eth1": [(2.5, 4.0)], "h1-eth0": [(8.0, 9.0)]}
     assert paused_within(events, 4.5, 7.0) == {}
+
+
+def test_a_queue_is_empty_between_samples_that_leave_it_out():
+    sample_s = 0.01
+    samples = [{"t": 1.00, "q": {"s1-eth1/3": 9000}},
+               {"t": 1.01, "q": {"s1-eth1/3": 6000, "s1-eth2/3": 1500}},
+               {"t": 1.02, "q": {"s1-eth2/3": 1500}},
+               {"t": 1.03, "q": {"s1-eth1/3": 3000}},
+               # nothing written for 0.5 s: every queue read empty
+               {"t": 1.53, "q": {"s1-eth1/3": 3000, "s1-eth1/4": 1500}}]
+    spans = empty_within(samples, ["s1-eth1", "s1-eth2", "s1-eth3"], sample_s, 0.5, 2.0)
+    assert spans["s1-eth1"] == [(0.5, 1.0), (1.02, 1.03), (1.04, 1.53), (1.54, 2.0)]
+    assert spans["s1-eth2"] == [(0.5, 1.01), (1.03, 2.0)]
+    assert spans["s1-eth3"] == [(0.5, 2.0)]  # never named: empty throughout
+    # the window clips, and a busy sample before it holds the queue busy into it
+    assert empty_within(samples, ["s1-eth1"], sample_s, 1.005, 1.035) == {
+        "s1-eth1": [(1.02, 1.03)]}
+    assert empty_within(samples, ["s1-eth1"], sample_s, 2.0, 2.0) == {}
+
+
+def test_a_port_owes_nothing_in_the_gaps_its_queue_read_empty():
+    floor = STANDING_BACKLOG_FRAMES * FRAME
+    rate_mbit = 8.0
+    per_interval = int(rate_mbit * 1e6 / 8 * 0.25)
+    # backlogged at every sample, but each interval's last 0.05 s went idle between them
+    backlog = {"a->b": [floor] * len(T)}
+    sent = {"a->b": [i * int(0.8 * per_interval) for i in range(len(T))]}
+    idle = [(t + 0.2, t + 0.25) for t in T[:-1]]
+    out = backlogged_delivery(T, backlog, sent, {"a->b": rate_mbit}, {"a->b": idle}, FULL,
+                              FRAME)
+    assert out["a->b"]["delivery"] == pytest.approx(1.0)
+    assert backlogged_delivery(T, backlog, sent, {"a->b": rate_mbit}, {}, FULL,
+                               FRAME)["a->b"]["delivery"] == pytest.approx(0.8)
+
+
+def test_spans_are_merged_into_a_disjoint_union():
+    assert union_spans([(1.0, 3.0), (5.0, 6.0)], [(2.0, 4.0), (6.0, 7.0), (8.0, 8.0)]) == [
+        (1.0, 4.0), (5.0, 7.0)]
+    assert union_spans() == []
 
 
 def test_the_watch_checks_the_busiest_thread_of_every_emulator_process():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from testbed.interactive.session import SessionState
 REPO = Path(__file__).resolve().parents[2]
 TESTBED = [sys.executable, "-m", "testbed"]
 UP_TIMEOUT_S = 300
+EXIT_GRACE_S = 5.0
 COMMAND_TIMEOUT_S = 120
 
 
@@ -92,7 +94,8 @@ def leftovers() -> dict:
     a userspace datapath), bridges in the machine's OVS, processes, named namespaces."""
     bridges = subprocess.run(["ovs-vsctl", "--timeout=3", "list-br"], capture_output=True,
                              text=True).stdout.split()
-    procs = [pid for pid, cmdline in running_processes() if OURS.search(cmdline)]
+    procs = [f"{pid} {cmdline[:120]}" for pid, cmdline in running_processes()
+             if OURS.search(cmdline)]
     return {"veths": interfaces_of_type("veth"), "taps": interfaces_of_type("tun"),
             "bridges": bridges, "processes": procs,
             "netns": subprocess.run(["ip", "netns", "list"], capture_output=True,
@@ -100,6 +103,15 @@ def leftovers() -> dict:
 
 
 def assert_clean():
+    """Nothing of ours left, once the processes a run just ended have had
+    ``EXIT_GRACE_S`` to finish exiting (a host's last process is signalled as its
+    namespace goes)."""
+    clean = {"veths": [], "taps": [], "bridges": [], "processes": [], "netns": []}
+    deadline = time.monotonic() + EXIT_GRACE_S
     left = leftovers()
-    assert left == {"veths": [], "taps": [], "bridges": [], "processes": [], "netns": []}, left
+    while left != clean and not any(left[k] for k in clean if k != "processes") \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = leftovers()
+    assert left == clean, left
 

@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,7 @@ from testbed.apply.network import set_interfaces
 from testbed.apply.state import STATE_DIR, process_start_ticks
 from testbed.drive.flows import run_flows
 from testbed.errors import TestbedError
+from testbed.model.records import EVENTS_FILE, read_json_lines
 from testbed.model.topology.base import Fabric, Link
 from testbed.plan.bring_up import fping_argv, link_interfaces, root_ends
 from testbed.system.ovs_tables import parse_flows, parse_groups
@@ -36,6 +38,11 @@ PING_TIMEOUT_MS = 1000
 PING_RETRIES = 2  # a probe lost on a busy machine is not a host out of reach
 PING_WAIT_S = 60.0  # a whole pingall, before it counts as hung
 DEFAULT_IPERF_S = 5  # as Mininet's iperf
+# How long ``link down``/``link up`` between two switches waits for the controller to have
+# rewritten the switches' flows around the change (its event in the run's events file); under
+# software emulation that took longer than the next ping's first probe.
+REROUTE_WAIT_S = 10.0
+REROUTE_POLL_S = 0.05
 
 
 def exec_argv(pid: int, argv: list[str]) -> list[str]:
@@ -123,14 +130,31 @@ def read_operstate(intf: str) -> str:
         return "missing"
 
 
+def controller_reaction(events: list[dict], a: str, b: str, up: bool,
+                        since_s: float) -> dict | None:
+    """The controller's event (testbed.model.records.EVENTS_FILE) for the link between
+    switches ``a`` and ``b`` going down (or up) at or after monotonic ``since_s``, once it
+    has applied the new flows; None when there is none yet."""
+    want = "link_up" if up else "link_down"
+    for event in events:
+        link = event.get("link") or {}
+        if (event.get("event") == want and {link.get("a"), link.get("b")} == {a, b}
+                and event.get("t_monotonic_s", 0.0) >= since_s
+                and event.get("applied_monotonic_s") is not None):
+            return event
+    return None
+
+
 @dataclass
 class Attached:
     """A running fabric, reached by its description, its hosts' shell PIDs and its OVS
-    (testbed.apply.ovs.Switchd: private or the machine's, for ``ovs-ofctl``)."""
+    (testbed.apply.ovs.Switchd: private or the machine's, for ``ovs-ofctl``), and the run
+    folder the controller writes its events to (None: not waited on)."""
 
     fabric: Fabric
     host_pids: dict[str, int]
     switchd: object
+    workdir: Path | None = None
 
     @property
     def ips(self) -> dict[str, str]:
@@ -188,9 +212,22 @@ class Attached:
             raise TestbedError(f"iperf3 {client} -> {server}: {errors[0]}")
         return rates[0]
 
-    def set_link(self, a: str, b: str, up: bool) -> None:
-        """Take the link between nodes ``a`` and ``b`` down or up, as a cut cable."""
+    def set_link(self, a: str, b: str, up: bool) -> dict | None:
+        """Take the link between nodes ``a`` and ``b`` down or up, as a cut cable; between
+        two switches, return once the controller has rerouted around the change (its event,
+        ``controller_reaction``), or after ``REROUTE_WAIT_S`` with None."""
+        since_s = time.monotonic()
         set_interfaces(link_interfaces(self.fabric, a, b), up)
+        switches = set(self.switch_names)
+        if self.workdir is None or not {a, b} <= switches:
+            return None
+        deadline = since_s + REROUTE_WAIT_S
+        while True:
+            event = controller_reaction(read_json_lines(Path(self.workdir) / EVENTS_FILE),
+                                        a, b, up, since_s)
+            if event is not None or time.monotonic() >= deadline:
+                return event
+            time.sleep(REROUTE_POLL_S)
 
     def links(self) -> list[str]:
         return link_lines(self.fabric, read_operstate)
@@ -270,4 +307,4 @@ class SessionState:
         """The fabric as testbed.interactive.attach.Attached, for commands from this process."""
         switchd = (ovs.PrivateSwitchd(None, Path(self.ovs_rundir)) if self.ovs_rundir
                    else ovs.SystemSwitchd(None))
-        return Attached(self.fabric(), dict(self.hosts), switchd)
+        return Attached(self.fabric(), dict(self.hosts), switchd, Path(self.workdir))

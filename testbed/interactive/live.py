@@ -229,7 +229,7 @@ class LiveFabric:
     def attached(self):
         """This fabric as testbed.interactive.attach.Attached: what ``testbed cli`` works on."""
         return Attached(self.description, {name: h.pid for name, h in self.net.hosts.items()},
-                        self.net.switchd)
+                        self.net.switchd, self.net.workdir)
 
     # -- commands and workloads ----------------------------------------------------------------
     def _name(self, host) -> str:

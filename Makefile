@@ -1,4 +1,6 @@
 # Entry points. Every target that touches the network needs root: `sudo make run-fattree`.
+# An experiment's target runs a bundled scenario (testbed/scenarios/, linked as scenarios/),
+# the same file `testbed <experiment>` starts from; tests/unit/test_entry_points.py checks both.
 VENV ?= .venv
 TESTBED := $(VENV)/bin/testbed
 PYTEST := $(VENV)/bin/python -m pytest
@@ -64,14 +66,14 @@ vm-test:  ## the stock-kernel suite in a booted Debian 12 guest under qemu (root
 bench: install  ## forwarding capacity and fabric bring-up vs plain Mininet (root)
 	$(TESTBED) bench
 
-incast: install  ## incast on the k=4 fat-tree, drop-tail vs ECN vs PFC, fan-in 1,3,7,15 (root; ARGS="--mode ecn ...")
-	$(TESTBED) incast --sweep 1,3,7,15 $(ARGS)
+incast: install  ## incast on the k=4 fat-tree, drop-tail vs ECN vs PFC, fan-in 1,3,7,15 (root; ARGS="--set params.modes=[ecn] ...")
+	$(TESTBED) run scenarios/incast.yaml $(ARGS)
 
 pfc-demo: install  ## PFC's costs: head-of-line blocking, congestion spreading, ECN cutting pauses (root)
-	$(TESTBED) pfc-demo $(ARGS)
+	$(TESTBED) run scenarios/pfc-demo.yaml $(ARGS)
 
 dctcp: install  ## DCTCP micro-benchmark: 2 and 8 senders, drop-tail vs ECN at K (root)
-	$(TESTBED) dctcp $(ARGS)
+	$(TESTBED) run scenarios/dctcp.yaml $(ARGS)
 
 lab: install  ## every teaching lab, then results/labs/index.html (root; LAB_SHORT=1 runs the shortened forms, as CI does)
 	$(TESTBED) lab run all $(if $(filter 1,$(LAB_SHORT)),--short)

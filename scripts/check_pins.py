@@ -3,8 +3,10 @@
 from the package registry, without booting the OS that ships that Python.
 
 The supported Pythons are the ``Programming Language :: Python :: X.Y`` classifiers in
-pyproject.toml; the pins are the files its ``[tool.setuptools.dynamic]`` table reads (the
-runtime dependencies and every extra). For each Python this picks the pins whose environment
+pyproject.toml; the pins are requirements.txt (the runtime dependencies) and
+requirements-<extra>.txt for every extra pyproject.toml declares. The wheel declares compatible
+ranges instead of pins; first, for each Python, every pin must lie in its declared range (the
+exit status is 1 otherwise). Then for each Python this picks the pins whose environment
 markers apply to it, adds the build requirements, and asks pip to resolve the whole set as
 binary wheels for that interpreter and for the C library of the OS that ships it
 (``pip install --dry-run --only-binary=:all: --python-version X.Y --platform ... --target``),
@@ -107,13 +109,38 @@ def supported_pythons(pyproject: dict) -> list[str]:
 
 
 def pin_files(pyproject: dict) -> dict[str, list[Path]]:
-    """The files the package metadata reads its dependencies from: "" for the runtime
+    """The files holding the exact pins: "" (the runtime dependencies) -> requirements.txt,
+    then requirements-<extra>.txt for each extra the package metadata declares."""
+    extras = pyproject["project"].get("optional-dependencies", {})
+    return {"": [ROOT / "requirements.txt"],
+            **{extra: [ROOT / f"requirements-{extra}.txt"] for extra in extras}}
+
+
+def declared_ranges(pyproject: dict) -> dict[str, list[Requirement]]:
+    """The package metadata's requirements (compatible ranges): "" for the runtime
     dependencies, then one entry per extra."""
-    dynamic = pyproject["tool"]["setuptools"]["dynamic"]
-    files = {"": [ROOT / name for name in dynamic["dependencies"]["file"]]}
-    for extra, spec in dynamic.get("optional-dependencies", {}).items():
-        files[extra] = [ROOT / name for name in spec["file"]]
-    return files
+    project = pyproject["project"]
+    return {"": [Requirement(text) for text in project.get("dependencies", [])],
+            **{extra: [Requirement(text) for text in texts]
+               for extra, texts in project.get("optional-dependencies", {}).items()}}
+
+
+def range_problems(ranges: list[Requirement], pins: list[Requirement],
+                   environment: dict[str, str]) -> list[str]:
+    """Why the pins that apply in ``environment`` and the declared ranges do not match: a pin
+    outside its range, a pin with no range, a range with no pin."""
+    declared = {canonicalize_name(req.name): req for req in ranges if applies(req, environment)}
+    pinned = {canonicalize_name(req.name): req for req in pins if applies(req, environment)}
+    problems = [f"{name}: pinned but not declared"
+                for name in sorted(pinned.keys() - declared.keys())]
+    problems += [f"{name}: declared ({declared[name]}) but not pinned"
+                 for name in sorted(declared.keys() - pinned.keys())]
+    for name in sorted(pinned.keys() & declared.keys()):
+        (pin,) = pinned[name].specifier
+        if not declared[name].specifier.contains(pin.version, prereleases=True):
+            problems.append(f"{name}: the pin {pin.version} is outside the declared range "
+                            f"{declared[name].specifier}")
+    return problems
 
 
 def read_requirements(text: str) -> list[Requirement]:
@@ -282,9 +309,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"check_pins: not a supported Python: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    requirements = [req for paths in pin_files(pyproject).values() for path in paths
-                    for req in read_requirements(path.read_text())]
+    pins = {extra: [req for path in paths for req in read_requirements(path.read_text())]
+            for extra, paths in pin_files(pyproject).items()}
+    requirements = [req for reqs in pins.values() for req in reqs]
     build_requires = list(pyproject["build-system"]["requires"])
+    ranges = declared_ranges(pyproject)
+    mismatched = [f"Python {version}, {extra or 'runtime'}: {problem}"
+                  for version in wanted for extra in pins
+                  for problem in range_problems(ranges.get(extra, []), pins[extra],
+                                                marker_environment(targets[version]))]
+    for line in mismatched:
+        print(f"FAIL {line}")
 
     environment = registry_only_environment()
     failed = 0
@@ -306,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.verbose:
                 print("    " + " ".join(f"{name}=={version}"
                                         for name, version in sorted(outcome.resolved.items())))
-    return 1 if failed else 0
+    return 1 if failed or mismatched else 0
 
 
 if __name__ == "__main__":

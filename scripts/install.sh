@@ -4,8 +4,8 @@
 # perftest for softRoCE where the kernel has it), then a venv made from
 # the system Python (the one Debian's and Ubuntu's Mininet is built for) that also sees system
 # site-packages, with this project installed editable together with the pins for that Python
-# (requirements.txt and requirements-<extra>.txt, read through the package metadata; environment
-# markers choose the pin where Python versions differ).
+# (requirements.txt and requirements-<extra>.txt; environment markers choose the pin where
+# Python versions differ; the package metadata declares only compatible ranges).
 # The Makefile, .ci/run and the Vagrant provisioning all call this one script.
 # A second run installs nothing and takes a few seconds. Installing needs root; a user who is
 # not root may run it when everything is installed already (as `make doctor`, `make test-unit`
@@ -218,8 +218,10 @@ if [ "$have" != "$want" ] || [ "$have_extras" != "$extras_list" ]; then
     step "installing torch from $TORCH_INDEX_URL" \
       "${pip[@]}" --no-deps --index-url "$TORCH_INDEX_URL" -r "$ROOT/requirements-torch.txt"
   fi
+  pins=(-r "$ROOT/requirements.txt")
+  for extra in ${extras_list//,/ }; do pins+=(-r "$ROOT/requirements-$extra.txt"); done
   step "installing the testbed and the pins for Python $python_version with extras [$extras_list]" \
-    "${pip[@]}" -e "$ROOT[$extras_list]"
+    "${pip[@]}" -e "$ROOT[$extras_list]" "${pins[@]}"
   echo "$want $extras_list" > "$stamp"
 else
   say "venv up to date (Python $python_version, extras [$extras_list])"

@@ -50,7 +50,7 @@ from testbed.harness.provenance import SOURCE_ROOT, version_line
 from testbed.harness.repeat import run_repeated
 from testbed.harness.report import compare, gate_reasons, load_summary
 from testbed.harness.run import check_can_build, machine, new_run_id, run_scenario
-from testbed.harness.scenario import SCHEMA_PATH
+from testbed.harness.scenario import SCHEMA_PATH, merge
 from testbed.harness.yaml_input import YamlInputError, load_text
 from testbed.interactive import session
 from testbed.interactive.attach import SessionState, exec_argv
@@ -139,21 +139,35 @@ def cmd_run(args) -> int:
     return execute(resolved, args)
 
 
-def cmd_experiment(args) -> int:
-    """An experiment from flags: its defaults, with what the flags set."""
-    data: dict = {"name": args.name or args.experiment, "experiment": args.experiment,
-                  "params": {}}
+# Flags every ``testbed EXPERIMENT`` command has besides its params: flag -> scenario field.
+EXPERIMENT_FLAGS = {"rate_mbit": "link_rate_mbit", "mtu": "mtu_bytes", "results": "results_dir",
+                    "seed": "seed"}
+
+
+def experiment_request(args) -> tuple[Path | None, dict, dict]:
+    """What ``testbed EXPERIMENT`` runs: the experiment's defaults scenario (the same file
+    ``testbed run`` and ``make`` run; None when it has none, then its Params' defaults) with
+    what the flags set, as (file, dotted field -> value, dotted field -> flag) for ``load``."""
+    overrides: dict = {"name": args.name or args.experiment}
     origins = {"name": "--name"} if args.name else {}
     for field in args.param_fields:
         value = getattr(args, field)
         if value is not None:
-            data["params"][field] = value
+            overrides[f"params.{field}"] = value
             origins[f"params.{field}"] = "--" + field.replace("_", "-")
-    for flag, field in (("rate_mbit", "link_rate_mbit"), ("mtu", "mtu_bytes"),
-                        ("results", "results_dir"), ("seed", "seed")):
+    for flag, field in EXPERIMENT_FLAGS.items():
         if getattr(args, flag) is not None:
-            data[field] = getattr(args, flag)
+            overrides[field] = getattr(args, flag)
             origins[field] = "--" + flag.replace("_", "-")
+    return experiment_classes()[args.experiment].defaults_path(), overrides, origins
+
+
+def cmd_experiment(args) -> int:
+    """An experiment from flags: its defaults scenario, with what the flags set."""
+    path, overrides, origins = experiment_request(args)
+    if path is not None:
+        return execute(load(path, overrides, origins), args)
+    data = merge({"experiment": args.experiment, "params": {}}, overrides)
     return execute(validate(data, f"testbed {args.experiment}", origins=origins), args)
 
 
@@ -453,15 +467,17 @@ class Flatten(argparse.Action):
         setattr(namespace, self.dest, [*earlier, *(item for group in values for item in group)])
 
 
-def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> None:
+def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=(),
+               defaults: dict | None = None) -> None:
     """One ``--flag`` for a pydantic field: lists as comma-separated values, booleans as
-    true/false, the rest as their type; help from the field's description and default."""
+    true/false, the rest as their type; help from the field's description and default (the
+    value in ``defaults`` where it has one, else the field's own)."""
     annotation = info.annotation
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     base = args[0] if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) \
         and args else annotation
-    default = info.get_default(call_default_factory=True)
+    default = (defaults or {}).get(name, info.get_default(call_default_factory=True))
     help_text = (info.description or "") + f" (default {default!r})"
     flags = ["--" + name.replace("_", "-"), *aliases]
     if typing.get_origin(base) in (list, tuple):
@@ -480,20 +496,27 @@ def field_flag(parser: argparse.ArgumentParser, name: str, info, aliases=()) -> 
 
 
 def add_experiment_commands(sub) -> None:
-    """``testbed NAME`` for every registered experiment, its flags from its Params."""
+    """``testbed NAME`` for every registered experiment, its flags from its Params, their
+    defaults from its defaults scenario (Experiment.defaults)."""
     for name, cls in sorted(experiment_classes().items()):
+        path = cls.defaults_path()
+        source = (f" Without flags it runs the bundled scenario {path.stem} (`testbed run "
+                  f"{path.stem}`); each flag changes one of its fields." if path else "")
         parser = sub.add_parser(name, help=cls.title,
-                                description=f"{cls.title}: {cls.reproduces}")
+                                description=f"{cls.title}: {cls.reproduces}.{source}")
         fields = cls.Params.model_fields
         aliases: dict[str, list[str]] = {}
         for alias, field in cls.cli_aliases.items():  # flags kept from earlier versions
             aliases.setdefault(field, []).append(alias)
+        defaults = cls.defaults()  # its defaults scenario: what it runs without flags
         for field, info in fields.items():
-            field_flag(parser, field, info, aliases.get(field, ()))
-        parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default "
-                            f"{cls.default_rate_mbit:g})")
+            field_flag(parser, field, info, aliases.get(field, ()), defaults.get("params"))
+        rate = defaults.get("link_rate_mbit")
+        parser.add_argument("--rate-mbit", type=float, help="link rate in Mbit/s (default " + (
+            f"{rate:g})" if rate else f"this machine's calibrated rate, else "
+            f"{cls.default_rate_mbit:g})"))
         parser.add_argument("--mtu", type=int, help=f"MTU in bytes (default "
-                            f"{cls.default_mtu_bytes})")
+                            f"{defaults.get('mtu_bytes') or cls.default_mtu_bytes})")
         parser.add_argument("--results", help="results folder (default results)")
         parser.add_argument("--name", help="run name (part of the run id)")
         parser.add_argument("--seed", type=int, help="random seed (default 1)")

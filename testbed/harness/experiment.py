@@ -31,7 +31,14 @@ from testbed.capabilities import Platform
 from testbed.harness.calibration import default_rate
 from testbed.harness.plans import build_fabric, queue_plan, tcp_plan
 from testbed.harness.progress import Progress
-from testbed.harness.scenario import FamilyTopology, Problem, Scenario
+from testbed.harness.scenario import (
+    SCENARIO_DIR,
+    FamilyTopology,
+    Problem,
+    Scenario,
+    parse_yaml,
+    read_text,
+)
 from testbed.measure.fidelity import Watch
 from testbed.measure.queues import ecn_monitoring
 from testbed.model.topology.base import Fabric
@@ -131,6 +138,8 @@ class Experiment:
     default_mtu_bytes: ClassVar[int] = 9000
     sections: ClassVar[frozenset[str]] = COMMON_SECTIONS  # the common sections it honours
     cli_aliases: ClassVar[dict[str, str]] = {}  # extra flag of ``testbed NAME`` -> Params field
+    # The bundled scenario holding its defaults, by name ("": the one named after the experiment).
+    defaults_scenario: ClassVar[str] = ""
     # A one-line caption per figure ``plots`` draws, by file name (a glob: "queue-*.png"),
     # saying what to look at; the report puts it under the figure.
     captions: ClassVar[dict[str, str]] = {}
@@ -147,6 +156,19 @@ class Experiment:
         self.params = params
         self.platform = platform
         self._rate: tuple[float, str] | None = None
+
+    @classmethod
+    def defaults_path(cls) -> Path | None:
+        """The bundled scenario holding this experiment's defaults (what ``testbed NAME`` and
+        ``fab.run`` start from), or None when it has none."""
+        path = SCENARIO_DIR / f"{cls.defaults_scenario or cls.name}.yaml"
+        return path if path.is_file() else None
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """Its defaults scenario's mapping, unvalidated ({} without one: Params' defaults)."""
+        path = cls.defaults_path()
+        return {} if path is None else parse_yaml(read_text(path), str(path))
 
     # -- what the scenario fixes, with this experiment's defaults ------------------------------
     @property

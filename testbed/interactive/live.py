@@ -22,7 +22,7 @@ from pathlib import Path
 
 from testbed.apply.state import process_start_ticks
 from testbed.errors import ConfigError, TestbedError
-from testbed.experiments.registry import load, validate
+from testbed.experiments.registry import experiment_classes, load, validate
 from testbed.harness.progress import Progress, QuietProgress
 from testbed.harness.run import (
     add_fabric_records,
@@ -80,6 +80,18 @@ def resolve_scenario(source: str | None, fields: dict):
         return load(source, fields)
     topology = fields["topology"]
     return validate({"name": str(topology.get("name", "fabric")), **fields}, "testbed.api.up")
+
+
+def run_data(scenario, experiment: str, params: dict | None = None) -> dict:
+    """The scenario ``fab.run(experiment, params)`` validates: the live fabric's scenario
+    (its topology, rate, queue...) with ``experiment`` put in and, as its params, the
+    experiment's defaults scenario's (the ones ``testbed EXPERIMENT`` and ``testbed run``
+    take) updated with ``params``; the fabric's own params belong to its experiment."""
+    data = scenario.model_dump(mode="json", exclude_unset=True)
+    cls = experiment_classes().get(experiment)  # an unknown name: validate names it
+    defaults = (cls.defaults().get("params") or {}) if cls is not None else {}
+    data.update(experiment=experiment, params={**defaults, **(params or {})})
+    return data
 
 
 def choose_setup(resolved, name: str | None = None):
@@ -280,10 +292,9 @@ class LiveFabric:
         would run it on a fabric like this one), its checks and the emulator's trust judged,
         its summary.json, report and plots written to a folder below ``workdir``. Returns a
         testbed.harness.run.Outcome. The experiment sees the scenario this fabric came from
-        with ``experiment`` and ``params`` (its parameters; the scenario's own are not
-        used) put in, and must measure on one fabric equal to this one."""
-        data = self.resolved.scenario.model_dump(mode="json", exclude_unset=True)
-        data.update(experiment=experiment, params=dict(params or {}))
+        with ``experiment`` and its parameters put in (``run_data``), and must measure on one
+        fabric equal to this one."""
+        data = run_data(self.resolved.scenario, experiment, params)
         resolved = validate(data, f"{experiment} on {self.run_id}")
         problems = setup_differences(resolved.setups, self.setup)
         if problems:

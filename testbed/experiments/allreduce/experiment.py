@@ -77,6 +77,7 @@ class AllReduce(Experiment):
     name = "allreduce"
     title = "AllReduce"
     Params = AllReduceParams
+    defaults_scenario = "fattree-allreduce"
     reproduces = ("nccl-tests' bus bandwidth: a bandwidth-optimal ring's busbw approaches the "
                   "bottleneck link rate")
     captions = {

@@ -33,6 +33,7 @@ class Anycast(Experiment):
     name = "anycast-failover"
     title = "anycast failover"
     Params = AnycastParams
+    defaults_scenario = "fattree-anycast-failover"
     reproduces = "a client follows its anycast service to the nearest live replica within 1 s"
 
     def problems(self):

@@ -246,6 +246,7 @@ class Hedera(Experiment):
     name = "hedera"
     title = "ECMP vs single-path vs a non-blocking switch"
     Params = HederaParams
+    defaults_scenario = "ecmp-hedera"
     reproduces = ("Hedera (NSDI 2010): static ECMP hashing trails a non-blocking switch on "
                   "the k=4 fat-tree, and the gap opens as flows cross more layers")
     captions = {

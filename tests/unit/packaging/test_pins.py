@@ -1,9 +1,12 @@
-"""The pinned dependencies: every pins file parses, every supported Python gets one exact pin
-per dependency, no Python gets a release that has no wheels for it, and the package metadata
-reads these same files. No network: scripts/check_pins.py asks the registry."""
+"""The pinned dependencies and the declared ranges: every pins file parses, every supported
+Python gets one exact pin per dependency, no Python gets a release that has no wheels for it,
+and the package metadata declares compatible ranges (the lowest pin to the next major release)
+that hold every pin. No network: scripts/check_pins.py asks the registry."""
 from __future__ import annotations
 
 import configparser
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,13 +53,34 @@ FIRST_RELEASE_WITHOUT_WHEELS_BELOW = {
 }
 
 
+def load_check_pins():
+    """scripts/check_pins.py as a module (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location("check_pins", ROOT / "scripts" / "check_pins.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+CHECK_PINS = load_check_pins()
+
+
 def dynamic_files() -> dict[str, list[str]]:
-    """Extra ("" for the runtime dependencies) -> the files the metadata reads its pins from."""
-    dynamic = PYPROJECT["tool"]["setuptools"]["dynamic"]
-    files = {"": dynamic["dependencies"]["file"]}
-    for extra, spec in dynamic["optional-dependencies"].items():
-        files[extra] = spec["file"]
-    return files
+    """Extra ("" for the runtime dependencies) -> the files holding its exact pins."""
+    return {extra: [path.name for path in paths]
+            for extra, paths in CHECK_PINS.pin_files(PYPROJECT).items()}
+
+
+def declared_range(extra: str, name: str) -> Requirement:
+    """The package metadata's requirement on ``name`` (canonical) in ``extra``."""
+    (requirement,) = [req for req in CHECK_PINS.declared_ranges(PYPROJECT)[extra]
+                      if canonicalize_name(req.name) == name]
+    return requirement
+
+
+def next_major(version: Version) -> Version:
+    """The release a compatible range stops below: the next major (the next minor for 0.x)."""
+    return Version(f"0.{version.minor + 1}" if version.major == 0 else f"{version.major + 1}")
 
 
 def requirement_lines(file_name: str) -> list[str]:
@@ -85,14 +109,48 @@ def pinned_version(requirement: Requirement) -> Version:
     return Version(specifier.version)
 
 
-def test_metadata_reads_its_dependencies_from_the_pins_files_only():
+def test_metadata_declares_ranges_and_the_pins_files_hold_the_pins():
     project = PYPROJECT["project"]
-    assert {"dependencies", "optional-dependencies"} <= set(project["dynamic"])
-    assert "dependencies" not in project and "optional-dependencies" not in project
+    assert not {"dependencies", "optional-dependencies"} & set(project["dynamic"])
+    assert "dynamic" not in PYPROJECT["tool"]["setuptools"] or set(
+        PYPROJECT["tool"]["setuptools"]["dynamic"]) == {"version"}
     assert dynamic_files() == EXPECTED_PIN_FILES
     setup_cfg = configparser.ConfigParser()
     setup_cfg.read(ROOT / "setup.cfg")
     assert not {"metadata", "options"} & set(setup_cfg.sections())  # declared once
+
+
+@pytest.mark.parametrize("extra", sorted(EXPECTED_DEPENDENCIES))
+def test_each_declared_range_runs_from_the_lowest_pin_to_the_next_major(extra):
+    declared = CHECK_PINS.declared_ranges(PYPROJECT)[extra]
+    assert {canonicalize_name(req.name) for req in declared} == EXPECTED_DEPENDENCIES[extra]
+    for name in EXPECTED_DEPENDENCIES[extra]:
+        requirement = declared_range(extra, name)
+        assert requirement.marker is None, requirement
+        lowest = min(pinned_version(pins_for(extra, python)[name][0])
+                     for python in SUPPORTED_PYTHONS)
+        bounds = {(spec.operator, Version(spec.version)) for spec in requirement.specifier}
+        assert bounds == {(">=", lowest), ("<", next_major(lowest))}, requirement
+
+
+@pytest.mark.parametrize("python", SUPPORTED_PYTHONS)
+def test_every_pin_lies_in_its_declared_range(python):
+    target = {t.python_version: t for t in CHECK_PINS.TARGETS}[python]
+    environment = CHECK_PINS.marker_environment(target)
+    ranges = CHECK_PINS.declared_ranges(PYPROJECT)
+    for extra in EXPECTED_DEPENDENCIES:
+        pins = requirements_of(extra)
+        assert CHECK_PINS.range_problems(ranges[extra], pins, environment) == [], extra
+
+
+def test_a_pin_outside_its_range_is_named():
+    environment = CHECK_PINS.marker_environment(CHECK_PINS.TARGETS[0])
+    problems = CHECK_PINS.range_problems(
+        [Requirement("numpy>=2.3,<3"), Requirement("rich>=15,<16")],
+        [Requirement("numpy==2.2.6"), Requirement("scapy==2.8.0")], environment)
+    assert problems == ["scapy: pinned but not declared",
+                        "rich: declared (rich<16,>=15) but not pinned",
+                        "numpy: the pin 2.2.6 is outside the declared range <3,>=2.3"]
 
 
 def test_each_extra_is_pinned_in_the_file_named_after_it():
@@ -100,6 +158,7 @@ def test_each_extra_is_pinned_in_the_file_named_after_it():
     for extra, files in dynamic_files().items():
         if extra:
             assert files == [f"requirements-{extra}.txt"]
+            assert (ROOT / files[0]).is_file()
 
 
 def test_version_comes_from_the_package():

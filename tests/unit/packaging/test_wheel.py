@@ -1,38 +1,26 @@
 """What the distribution installs: the repository's three programs (testbed/, controllers/,
 traffic/) under the one import name ``testbed``. A wheel is built offline from a copy of the
-sources (pip wheel --no-build-isolation, with the venv's setuptools) and its file list read;
-the editable install this checkout runs from must resolve testbed.controllers and
+sources (pip wheel --no-build-isolation, with the venv's setuptools) and its file list and
+Requires-Dist read (compatible ranges, never exact pins); the editable install this checkout runs from must resolve testbed.controllers and
 testbed.traffic to the top-level folders."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-import setuptools
 from packaging.requirements import Requirement
+from tests.unit.packaging.wheel_build import REPO, build_wheel
 
 import testbed.controllers
 import testbed.traffic
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10; pytest depends on tomli there
-    import tomli as tomllib
-
-REPO = Path(__file__).resolve().parents[3]
 # Import name -> the repository folder it is installed from.
 PROGRAMS = {"testbed": "testbed", "testbed/controllers": "controllers",
             "testbed/traffic": "traffic"}
-# What the build reads besides the three folders.
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "setup.cfg", "README.md", "LICENSE")
 # Package data the code reads at run time (one file or pattern per kind).
 PACKAGE_DATA = ("testbed/apply/bpf/*.c", "testbed/scenarios/*.yaml", "testbed/scenarios/schema.json",
                 "testbed/traffic/training/shapes/*.json")
-BUILD_TIMEOUT_S = 300
 
 
 def source_files(folder: str) -> set[str]:
@@ -44,30 +32,32 @@ def source_files(folder: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel_files(tmp_path_factory) -> set[str]:
-    """The file list of a wheel built from a copy of the sources (no build/ folder of the
-    checkout's can leak stale files into it)."""
-    (requirement,) = [Requirement(r) for r in
-                      tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
-                      if Requirement(r).name == "setuptools"]
-    assert requirement.specifier.contains(setuptools.__version__), (
-        f"the venv's setuptools {setuptools.__version__} does not meet the build requirement "
-        f"{requirement}: reinstall the test extra (requirements-test.txt pins it)")
-    src = tmp_path_factory.mktemp("src")
-    for name in BUILD_INPUTS:
-        shutil.copy2(REPO / name, src / name)
-    for name in sorted(REPO.glob("requirements*.txt")):
-        shutil.copy2(name, src / name.name)
-    for folder in set(PROGRAMS.values()):
-        shutil.copytree(REPO / folder, src / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--quiet", "--wheel-dir", str(out), str(src)],
-                   check=True, cwd=src, timeout=BUILD_TIMEOUT_S)
-    (wheel,) = out.glob("*.whl")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def wheel_files(wheel) -> set[str]:
     with zipfile.ZipFile(wheel) as archive:
         return set(archive.namelist())
+
+
+@pytest.fixture(scope="module")
+def requires_dist(wheel) -> list[Requirement]:
+    """The wheel's Requires-Dist lines."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        text = archive.read(metadata).decode()
+    return [Requirement(line.split(":", 1)[1]) for line in text.splitlines()
+            if line.startswith("Requires-Dist:")]
+
+
+def test_the_wheel_requires_ranges_not_pins(requires_dist):
+    # Pins would fight a user's own numpy or torch; the pins files keep them for install.sh.
+    assert {r.name for r in requires_dist} >= {"numpy", "os-ken", "torch", "pytest"}
+    for requirement in requires_dist:
+        operators = {spec.operator for spec in requirement.specifier}
+        assert operators == {">=", "<"}, requirement
 
 
 def test_the_wheel_has_one_top_level_package(wheel_files):

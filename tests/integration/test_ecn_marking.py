@@ -49,17 +49,18 @@ pytestmark = pytest.mark.stock_kernel
 # the senders' late reaction to a mark overshoots K by the rate times that RTT: at 20 Mbit/s
 # the queue stood above K + 3 frames in 12% of the samples of one run, at 10 Mbit/s in 12%
 # of another (RED's average, weight 1/4 per packet here, adds its own lag), with 4 drops in
-# slow start from a 62.5 KB buffer. A quarter of the rate queues a quarter of the bytes; the
-# buffer stays the host's.
+# slow start from a 62.5 KB buffer. With ECN the guest runs at a quarter of the rate, which
+# queues a quarter of the bytes, with the host's buffer. Without ECN it runs at 10 Mbit/s
+# with that rate's buffer (62.5 KB): at 5 Mbit/s two cubic flows held 62.8 KB and never
+# filled 125 KB in 12 s, and a 48 KB buffer left the queue under K + 3 frames in 78% of the
+# samples.
 IN_VM = os.environ.get("TESTBED_IN_VM") == "1"
 RATE_MBIT = 5.0 if IN_VM else 20.0
+DROPTAIL_RATE_MBIT = 10.0 if IN_VM else 20.0
 MTU = 1500
 K_BYTES = 30_000
 BUFFER_BYTES = default_buffer_bytes(20.0, MTU)  # 50 ms at 20 Mbit/s: 125000 B
-# Without ECN, in the guest at 5 Mbit/s the two cubic flows' windows held the queue at 62.8 KB
-# (median) and never filled 125 KB in 12 s (no drop); a buffer under that fills and drops,
-# and cubic's back-off (to 0.7 of it) keeps the queue above K + 3 frames.
-DROPTAIL_BUFFER_BYTES = 48_000 if IN_VM else BUFFER_BYTES
+DROPTAIL_BUFFER_BYTES = default_buffer_bytes(DROPTAIL_RATE_MBIT, MTU)
 SENDERS = ("l0h0", "l0h1")
 RECEIVER = "l0h2"
 BOTTLENECK = "l0-eth3"  # the leaf's port to the receiver
@@ -104,8 +105,8 @@ FULL_BUFFER_TOLERANCE_BYTES = MTU  # the marker's peak virtual queue is within a
 ANCHOR_GAP_P50_MAX_MS = 2 * ANCHOR_POLL_S * 1000
 
 
-def fabric():
-    return build("spineleaf", leaves=1, spines=1, hosts_per_leaf=3, host_rate_mbit=RATE_MBIT,
+def fabric(rate_mbit: float):
+    return build("spineleaf", leaves=1, spines=1, hosts_per_leaf=3, host_rate_mbit=rate_mbit,
                  mtu_bytes=MTU)
 
 
@@ -163,13 +164,15 @@ def pins_left() -> list[Path]:
     return [Path(p) for p in pinned_map_paths() if Path(p).exists()]
 
 
-def measure(ledger, workdir: Path, queue: QueueConfig, tcp) -> tuple[dict, dict]:
+def measure(ledger, workdir: Path, queue: QueueConfig, tcp,
+            rate_mbit: float = RATE_MBIT) -> tuple[dict, dict]:
     """Bring the fabric up with ``queue`` on its switch ports and ``tcp`` on its hosts, run
     the flows, tear it down; returns the bottleneck's counters and a context for messages.
     Checks what every run must: the pins are gone and the samplers kept up."""
     platform = detect()
-    with FabricNetwork(fabric(), workdir, ledger, datapath=fabric_datapath(platform.paths),
-                       log=lambda m: None, queue=queue, host_sysctls=tcp.sysctls()) as net:
+    with FabricNetwork(fabric(rate_mbit), workdir, ledger,
+                       datapath=fabric_datapath(platform.paths), log=lambda m: None,
+                       queue=queue, host_sysctls=tcp.sysctls()) as net:
         result = run_flows(net, net.marking)
         result["path"] = net.marking.path
         result["anchoring"] = net.marking.anchoring()
@@ -223,7 +226,8 @@ def test_ecn_marks_near_k_and_the_receiver_sees_ce(ledger, tmp_path):
 
 def test_drop_tail_without_ecn_fills_the_buffer(ledger, tmp_path):
     tcp = tcp_settings(False, "cubic", detect())  # loss-based, no ECN
-    result, context = measure(ledger, tmp_path, QueueConfig(DROPTAIL_BUFFER_BYTES), tcp)
+    result, context = measure(ledger, tmp_path, QueueConfig(DROPTAIL_BUFFER_BYTES), tcp,
+                              DROPTAIL_RATE_MBIT)
     c, judged = result["counters"], result["judged"]
     assert c["marks"] == 0 and result["ce_received"] == 0, context
     assert c["fifo_drops"] > 0, context  # a bfifo drops only when full

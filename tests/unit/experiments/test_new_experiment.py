@@ -1,6 +1,7 @@
 """A new experiment is one folder and one registry line: a throwaway experiment written into a
 temporary tree, and registered by its one line in testbed.experiments.registry.EXPERIMENTS,
-is listed by `testbed list` and in the docs index (its README's title), gets `testbed NAME`
+is listed by `testbed list` and in the docs index (its README's title), gets its docs page
+(its README), gets `testbed NAME`
 with its parameters as flags, and has its params in the scenario schema, with no other edit."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from testbed.cli import build_parser
 from testbed.cli_help import listing
 from testbed.experiments import registry
-from testbed.experiments.pages import experiment_index
+from testbed.experiments.pages import experiment_index, experiment_pages
 
 NAME = "ping-throwaway"
 PACKAGE = "throwaway_experiments"
@@ -55,9 +56,13 @@ def test_testbed_list_names_the_new_experiment(throwaway):
                for line in lines)
 
 
-def test_the_docs_index_lists_the_new_experiment_with_its_readme_s_claim(throwaway):
+def test_the_docs_index_and_page_come_from_the_new_experiment_s_readme(throwaway, tmp_path):
     rows = [line for line in experiment_index().splitlines() if f"| `{throwaway}` |" in line]
-    assert len(rows) == 1 and CLAIM in rows[0] and "README.md" in rows[0]
+    assert len(rows) == 1 and CLAIM in rows[0] and f"({throwaway}.md)" in rows[0]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = experiment_pages(docs)[docs / f"{throwaway}.md"]
+    assert f"# {throwaway}: {CLAIM}" in page
 
 
 def test_the_new_experiment_is_a_command_with_its_params_as_flags(throwaway):

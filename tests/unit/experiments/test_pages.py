@@ -1,14 +1,20 @@
-"""The experiments' docs index: docs/experiments.md is what the registry and the folder READMEs
-make now, each README opens with its experiment's name and claim, and the index lists them."""
+"""The experiments' pages in docs/: the index (docs/experiments.md) and every page written
+from a folder README are what the registry and the READMEs make now; each README opens with
+its experiment's name and claim; links are rebased from the folder to docs/."""
 from __future__ import annotations
 
 import pytest
 
 from testbed.experiments.pages import (
+    DOCS,
+    GENERATED_MARK,
     INDEX_PATH,
     experiment_index,
+    experiment_pages,
     index_markdown,
-    page_link,
+    is_generated,
+    page_markdown,
+    rebase_links,
     title_claim,
 )
 from testbed.experiments.registry import EXPERIMENTS
@@ -35,13 +41,43 @@ def test_a_readme_without_its_title_line_is_refused_by_name(text):
         title_claim("ping", text)
 
 
-def test_an_experiment_without_a_docs_page_links_its_readme(tmp_path):
-    docs = tmp_path / "docs"
+FIX = "rewrite them: .venv/bin/python -m testbed.experiments.pages --write"
+
+
+def test_every_page_written_from_a_readme_is_current():
+    pages = experiment_pages()
+    assert DOCS / "anycast-failover.md" in pages  # the first experiment whose README is its page
+    stale = [path.name for path, text in pages.items()
+             if not path.exists() or path.read_text() != text]
+    assert not stale, f"{', '.join(stale)} stale; {FIX}"
+
+
+def test_a_page_is_its_readme_with_links_rebased_to_docs(tmp_path):
+    docs, folder = tmp_path / "docs", tmp_path / "testbed" / "experiments" / "ping"
     docs.mkdir()
-    readme = tmp_path / "testbed" / "experiments" / "ping" / "README.md"
-    assert page_link("ping", readme, docs) == "../testbed/experiments/ping/README.md"
-    (docs / "ping.md").write_text("# ping: x\n")
-    assert page_link("ping", readme, docs) == "ping.md"
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text(
+        "# ping: RTT\n\n[pfc](../../../docs/pfc.md#pause), [code](experiment.py), "
+        "[web](https://example.org/a.md), [here](#ping)\n")
+    page = page_markdown(folder / "README.md", docs)
+    assert page.startswith(GENERATED_MARK.format(source="testbed/experiments/ping/README.md"))
+    assert page.endswith("# ping: RTT\n\n[pfc](pfc.md#pause), "
+                         "[code](../testbed/experiments/ping/experiment.py), "
+                         "[web](https://example.org/a.md), [here](#ping)\n")
+
+
+def test_rebasing_there_and_back_gives_the_text_again(tmp_path):
+    text = "see [a](../x/a.md#b) and [c](c.md)"
+    there = rebase_links(text, tmp_path / "docs", tmp_path / "t" / "e")
+    assert rebase_links(there, tmp_path / "t" / "e", tmp_path / "docs") == text
+
+
+def test_a_page_not_yet_moved_into_its_folder_is_left_alone(tmp_path):
+    assert is_generated(tmp_path / "new.md")  # a new experiment's page is written
+    (tmp_path / "old.md").write_text("# old: written by hand\n")
+    assert not is_generated(tmp_path / "old.md")
+    (tmp_path / "moved.md").write_text(GENERATED_MARK.format(source="x") + "# moved: y\n")
+    assert is_generated(tmp_path / "moved.md")
 
 
 def test_index_rows_follow_the_header_in_order():

@@ -1,0 +1,87 @@
+"""A new experiment is one folder and one registry line: a throwaway experiment written into a
+temporary tree, and registered by its one line in testbed.experiments.registry.EXPERIMENTS,
+is listed by `testbed list` and in the docs index (its README's title), gets its docs page
+(its README), gets `testbed NAME`
+with its parameters as flags, and has its params in the scenario schema, with no other edit."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from testbed.cli import build_parser
+from testbed.cli_help import listing
+from testbed.experiments import registry
+from testbed.experiments.pages import experiment_index, experiment_pages
+
+NAME = "ping-throwaway"
+PACKAGE = "throwaway_experiments"
+CLAIM = "an idle fabric's round-trip time stays under max_rtt_ms"
+EXPERIMENT = '''
+from pydantic import Field
+from testbed.harness.experiment import Experiment, Params
+
+
+class PingParams(Params):
+    count: int = Field(20, ge=1, le=10_000, description="echo requests sent")
+    max_rtt_ms: float = Field(5.0, gt=0, description="largest average RTT that passes, ms")
+
+
+class Ping(Experiment):
+    name, title, Params = "ping-throwaway", "ping an idle fabric", PingParams
+    reproduces = "an idle fabric's round-trip time stays under max_rtt_ms"
+
+    def setups(self):
+        return [self.scenario_setup()]
+'''
+
+
+@pytest.fixture
+def throwaway(tmp_path, monkeypatch):
+    """The experiment's folder in a temporary tree, importable, and its registry line."""
+    folder = tmp_path / PACKAGE / "ping"
+    folder.mkdir(parents=True)
+    (tmp_path / PACKAGE / "__init__.py").write_text("")
+    (folder / "__init__.py").write_text('"""ping: an idle fabric\'s round-trip time."""\n')
+    (folder / "experiment.py").write_text(textwrap.dedent(EXPERIMENT))
+    (folder / "README.md").write_text(f"# {NAME}: {CLAIM}\n\nHow to run it, what it checks.\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.EXPERIMENTS, NAME, f"{PACKAGE}.ping.experiment:Ping")
+    return NAME
+
+
+def test_testbed_list_names_the_new_experiment(throwaway):
+    lines = listing().splitlines()
+    assert any(line.split()[:1] == [throwaway] and "ping an idle fabric" in line
+               for line in lines)
+
+
+def test_the_docs_index_and_page_come_from_the_new_experiment_s_readme(throwaway, tmp_path):
+    rows = [line for line in experiment_index().splitlines() if f"| `{throwaway}` |" in line]
+    assert len(rows) == 1 and CLAIM in rows[0] and f"({throwaway}.md)" in rows[0]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = experiment_pages(docs)[docs / f"{throwaway}.md"]
+    assert f"# {throwaway}: {CLAIM}" in page
+
+
+def test_the_new_experiment_is_a_command_with_its_params_as_flags(throwaway):
+    args = build_parser().parse_args([throwaway, "--count", "7", "--max-rtt-ms", "2.5"])
+    assert (args.count, args.max_rtt_ms) == (7, 2.5)
+    with pytest.raises(SystemExit):  # its bounds come with it
+        build_parser().parse_args([throwaway, "--count", "many"])
+
+
+def test_the_scenario_schema_has_the_new_experiment_s_params(throwaway):
+    schema = registry.json_schema()
+    assert throwaway in schema["properties"]["experiment"]["enum"]
+    branch = next(b for b in schema["allOf"]
+                  if b["if"]["properties"]["experiment"]["const"] == throwaway)
+    ref = branch["then"]["properties"]["params"]["$ref"].split("/")[-1]
+    params = schema["$defs"][ref]["properties"]
+    assert set(params) == {"count", "max_rtt_ms"} and params["count"]["maximum"] == 10_000
+
+
+def test_a_scenario_naming_the_new_experiment_validates_its_params(throwaway):
+    with pytest.raises(Exception, match="params.count"):
+        registry.validate({"experiment": throwaway, "params": {"count": 0}})

@@ -3,7 +3,7 @@ README, which is the page: its title line (``# name: what it shows``) is the cla
 once. ``docs/<name>.md`` is the README with its links rebased to docs/, and the index
 (docs/experiments.md) lists every experiment with its claim, so a new experiment's folder and
 registry line put it in both with no other edit. A docs page that does not open with
-GENERATED_MARK is one not yet moved into its folder, and is left alone. These files are build
+GENERATED_MARK is written by hand, and is left alone. These files are build
 outputs, never edited: ``python -m testbed.experiments.pages --write`` rewrites them, and
 tests/unit/experiments/test_pages.py checks they are current."""
 from __future__ import annotations

@@ -43,6 +43,7 @@ from testbed.capacity.calibrate import calibrate
 from testbed.chaos.command import add_arguments as add_chaos_arguments, cmd_chaos
 from testbed.cli_help import arrange_help, listing
 from testbed.errors import ConfigError, TestbedError, UsageError, short, shown
+from testbed.experiments.pages import claim
 from testbed.experiments.registry import experiment_classes, json_schema, load, validate
 from testbed.harness import summary_schema
 from testbed.harness.console import doctor_report, print_rows, print_summary, table_text
@@ -503,7 +504,7 @@ def add_experiment_commands(sub) -> None:
         source = (f" Without flags it runs the bundled scenario {path.stem} (`testbed run "
                   f"{path.stem}`); each flag changes one of its fields." if path else "")
         parser = sub.add_parser(name, help=cls.title,
-                                description=f"{cls.title}: {cls.reproduces}.{source}")
+                                description=f"{cls.title}: {claim(name)}.{source}")
         fields = cls.Params.model_fields
         aliases: dict[str, list[str]] = {}
         for alias, field in cls.cli_aliases.items():  # flags kept from earlier versions

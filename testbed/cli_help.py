@@ -9,6 +9,7 @@ import inspect
 import shutil
 import textwrap
 
+from testbed.experiments.pages import claim
 from testbed.experiments.registry import EXPERIMENTS, experiment_classes
 from testbed.harness.scenario import SCENARIO_DIR
 from testbed.model.topology import BUILDERS
@@ -170,8 +171,8 @@ def family_lines() -> list[tuple[str, str]]:
 
 
 def experiment_lines() -> list[tuple[str, str]]:
-    """Each experiment: its name and title."""
-    return [(name, cls.title) for name, cls in sorted(experiment_classes().items())]
+    """Each experiment: its name and what it shows (its README's title line)."""
+    return [(name, claim(name)) for name in sorted(experiment_classes())]
 
 
 def listing() -> str:

@@ -52,6 +52,12 @@ def title_claim(name: str, readme: str) -> str:
     return first[len(prefix):].strip()
 
 
+def claim(name: str) -> str:
+    """What experiment ``name`` shows: its README's title line after the name (the one place
+    the claim is written; ``testbed list`` and ``testbed NAME --help`` print it)."""
+    return title_claim(name, readme_path(name).read_text())
+
+
 def rebase_links(text: str, from_dir: Path, to_dir: Path) -> str:
     """``text``'s relative links, written from ``from_dir``, as ``to_dir`` must write them."""
     def rebased(match: re.Match) -> str:
@@ -93,8 +99,7 @@ def experiment_index() -> str:
     """docs/experiments.md as the registry and the folder READMEs make it now."""
     rows = []
     for name in sorted(experiment_classes()):
-        readme = readme_path(name)
-        rows.append((name, title_claim(name, readme.read_text()), f"{name}.md"))
+        rows.append((name, claim(name), f"{name}.md"))
     return index_markdown(rows)
 
 

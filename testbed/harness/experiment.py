@@ -133,7 +133,6 @@ class Experiment:
     name: ClassVar[str]
     title: ClassVar[str]
     Params: ClassVar[type[Params]] = Params
-    reproduces: ClassVar[str] = ""
     default_rate_mbit: ClassVar[float] = 6.0
     default_mtu_bytes: ClassVar[int] = 9000
     sections: ClassVar[frozenset[str]] = COMMON_SECTIONS  # the common sections it honours

@@ -78,8 +78,6 @@ class AllReduce(Experiment):
     title = "AllReduce"
     Params = AllReduceParams
     defaults_scenario = "fattree-allreduce"
-    reproduces = ("nccl-tests' bus bandwidth: a bandwidth-optimal ring's busbw approaches the "
-                  "bottleneck link rate")
     captions = {
         "link_rates.png": ("Host uplink rates should sit flat near the configured rate through "
                            "the shaded window, with CPU below 100%; dips mark stalls of the "

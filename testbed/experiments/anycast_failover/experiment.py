@@ -34,7 +34,6 @@ class Anycast(Experiment):
     title = "anycast failover"
     Params = AnycastParams
     defaults_scenario = "fattree-anycast-failover"
-    reproduces = "a client follows its anycast service to the nearest live replica within 1 s"
 
     def problems(self):
         p = self.params

@@ -103,9 +103,6 @@ class CollectivesSweep(Experiment):
     name = "collectives-sweep"
     title = "nccl-tests collective sweep"
     Params = SweepParams
-    reproduces = ("NVIDIA nccl-tests (doc/PERFORMANCE.md): algbw and busbw per size; a "
-                  "bandwidth-optimal ring's busbw approaches the link rate for large sizes; "
-                  "alpha-beta predictions (Thakur, Rabenseifner, Gropp 2005) beside them")
     captions = {
         "busbw.png": ("Measured (solid) against predicted (dashed) per size: small sizes are "
                       "latency-bound, large ones should approach the link-rate line."),

@@ -81,9 +81,6 @@ class DataParallel(Experiment):
     name = "data-parallel"
     title = "data-parallel training (DDP buckets)"
     Params = DataParallelParams
-    reproduces = ("PyTorch DDP (Li et al., VLDB 2020): gradient buckets AllReduced while "
-                  "backward runs; the exposed communication grows and scaling efficiency "
-                  "falls as workers are added")
     captions = {
         "scaling.png": ("Step time grows and scaling efficiency falls as workers are added; "
                         "the gap between the step and compute alone is the exposed "

@@ -121,9 +121,6 @@ class Dctcp(Experiment):
     name = "dctcp"
     title = "DCTCP micro-benchmark"
     Params = DctcpParams
-    reproduces = ("DCTCP (Alizadeh et al., SIGCOMM 2010) as Mininet-HiFi reproduced it: ECN "
-                  "marking at K holds the queue near K at full throughput while drop-tail TCP "
-                  "fills the buffer")
     captions = {
         "queue_time.png": ("With ECN the queue should hover near K; drop-tail fills it to the "
                            "buffer line and saws down after losses."),

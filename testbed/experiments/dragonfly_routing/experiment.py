@@ -113,8 +113,6 @@ class DragonflyRouting(Experiment):
     name = "dragonfly-routing"
     title = "dragonfly routing: minimal vs Valiant vs UGAL vs ECMP"
     Params = DragonflyParams
-    reproduces = ("Kim et al. (ISCA 2008): on the adversarial group shift Valiant and UGAL "
-                  "beat minimal routing; on uniform traffic minimal is best")
     captions = {
         "fractions.png": ("On the shift pattern Valiant and UGAL should beat minimal routing "
                           "(dashed: the fluid model); on uniform traffic minimal should be "

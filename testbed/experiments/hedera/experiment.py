@@ -247,8 +247,6 @@ class Hedera(Experiment):
     title = "ECMP vs single-path vs a non-blocking switch"
     Params = HederaParams
     defaults_scenario = "ecmp-hedera"
-    reproduces = ("Hedera (NSDI 2010): static ECMP hashing trails a non-blocking switch on "
-                  "the k=4 fat-tree, and the gap opens as flows cross more layers")
     captions = {
         "fractions.png": ("ECMP's bars below the non-blocking switch's are hash collisions; "
                           "the gap should widen as the patterns cross more layers."),

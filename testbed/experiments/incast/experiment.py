@@ -144,9 +144,6 @@ class Incast(Experiment):
     name = "incast"
     title = "incast"
     Params = IncastParams
-    reproduces = ("incast (Vasudevan et al., SIGCOMM 2009): drop-tail losses wait for "
-                  "retransmission timers; ECN marks instead, PFC pauses instead and loses "
-                  "nothing")
     captions = {
         "incast.png": ("Drop-tail's completion times carry retransmission timeouts (the long "
                        "tail); ECN and PFC should stay near the ideal line."),

@@ -98,9 +98,6 @@ class ParameterServer(Experiment):
     name = "parameter-server"
     title = "parameter server vs AllReduce"
     Params = ParameterServerParams
-    reproduces = ("parameter server (Li et al., OSDI 2014): sharded push/pull in BSP and "
-                  "async modes makes an N:1 incast at every server's link; ring AllReduce "
-                  "spreads the same bytes over every link")
     captions = {
         "server_backlog.png": ("The queues into the servers fill at every push and pull: the "
                                "N:1 incast a parameter server makes."),

@@ -93,9 +93,6 @@ class PfcDemo(Experiment):
     name = "pfc-demo"
     title = "PFC's costs"
     Params = PfcDemoParams
-    reproduces = ("PFC's costs (Guo et al., SIGCOMM 2016): head-of-line blocking of a victim "
-                  "flow and congestion spreading over hops; ECN cuts the pause time (DCQCN, "
-                  "SIGCOMM 2015)")
     captions = {
         "pfc-demo.png": ("Under PFC the victim's throughput falls beside the incast "
                          "(head-of-line blocking) and pauses reach switches hops away; ECN "

@@ -82,9 +82,6 @@ class PipelineParallel(Experiment):
     name = "pipeline-parallel"
     title = "pipeline parallelism (GPipe, 1F1B)"
     Params = PipelineParams
-    reproduces = ("GPipe (Huang et al. 2019) and 1F1B (Narayanan et al. 2021): bubble "
-                  "(p-1)/(m+p-1) for both; 1F1B keeps at most p micro-batches in flight per "
-                  "stage, GPipe m")
     captions = {
         "gantt-*.png": ("Idle gaps at the start and end of each stage are the bubble; 1F1B "
                         "interleaves forward and backward to keep fewer micro-batches in "

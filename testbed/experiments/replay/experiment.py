@@ -78,8 +78,6 @@ class Replay(Experiment):
     name = "replay"
     title = "trace record and replay"
     Params = ReplayParams
-    reproduces = ("trace-driven evaluation: a workload's messages recorded with their timing "
-                  "and replayed on another fabric, where a narrower core stretches completion")
     captions = {
         "completion.png": ("The replay on the same fabric should match the recording; on the "
                            "narrower fabric completion should stretch."),

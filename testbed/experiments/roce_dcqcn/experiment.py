@@ -70,9 +70,6 @@ class RoceDcqcn(BottleneckExperiment):
     name = "roce-dcqcn"
     title = "DCQCN fairness and queue"
     Params = RoceDcqcnParams
-    reproduces = ("DCQCN (Zhu et al., SIGCOMM 2015): flows sharing a bottleneck converge to a "
-                  "fair share with the average queue between Kmin and Kmax and the link busy; "
-                  "without it the queue fills")
 
     def setup_plan(self) -> list[tuple[int, str]]:
         p = self.params

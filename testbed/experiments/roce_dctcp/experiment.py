@@ -48,8 +48,6 @@ class RoceDctcp(BottleneckExperiment):
     name = "roce-dctcp"
     title = "DCTCP-style window on RoCE"
     Params = RoceDctcpParams
-    reproduces = ("DCTCP (Alizadeh et al., SIGCOMM 2010; RFC 8257): marking at K and the "
-                  "alpha-scaled window cut hold the queue near K at full utilisation")
 
     def cc_of(self, setup: Setup) -> str:
         return "dctcp"

@@ -73,8 +73,6 @@ class RoceIncastPfc(BottleneckExperiment):
     name = "roce-incast-pfc"
     title = "RoCE incast on the lossless class"
     Params = RoceIncastPfcParams
-    reproduces = ("PFC keeps a RoCE incast lossless (IEEE 802.1Qbb); DCQCN's marks cut the "
-                  "pauses it needs (Zhu et al., SIGCOMM 2015)")
 
     def cc_of(self, setup: Setup) -> str:
         return CC_OF[setup.name]

@@ -97,8 +97,6 @@ class RoceLoss(Experiment):
     name = "roce-loss"
     title = "RoCE and TCP goodput under packet loss"
     Params = RoceLossParams
-    reproduces = ("RoCE's go-back-N collapses under random loss while TCP holds its goodput "
-                  "(why RoCE needs a lossless fabric; InfiniBand RC, RoCEv2 Annex A17)")
     captions = {
         "roce-loss.png": ("RoCE's go-back-N goodput should collapse as loss grows while TCP "
                           "keeps most of its loss-free goodput."),

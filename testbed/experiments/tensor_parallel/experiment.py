@@ -61,9 +61,6 @@ class TensorParallel(Experiment):
     name = "tensor-parallel"
     title = "tensor parallelism inside vs across nodes"
     Params = TensorParallelParams
-    reproduces = ("Megatron-LM (Shoeybi et al. 2019): two AllReduces of the activations per "
-                  "layer forward and two backward, on the critical path, which is why "
-                  "tensor parallelism stays inside an NVLink domain")
     captions = {
         "placements.png": ("The communication share of the step grows when the tensor-parallel "
                            "group leaves the NVLink domain; diamonds mark the predicted step."),

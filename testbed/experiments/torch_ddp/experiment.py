@@ -67,8 +67,6 @@ class TorchDdp(Experiment):
     name = "torch-ddp"
     title = "PyTorch DDP (gloo) on the fabric"
     Params = TorchDdpParams
-    reproduces = ("PyTorch DDP (Li et al., VLDB 2020) on torch.distributed's gloo backend: "
-                  "gradient buckets AllReduced during backward keep every replica identical")
     captions = {
         "torch_ddp_steps.png": ("Measured steps should sit near the generator's prediction, "
                                 "above compute alone by the AllReduce time."),

@@ -20,7 +20,7 @@ PROGRAMS = {"testbed": "testbed", "testbed/controllers": "controllers",
             "testbed/traffic": "traffic"}
 # Package data the code reads at run time (one file or pattern per kind).
 PACKAGE_DATA = ("testbed/apply/bpf/*.c", "testbed/scenarios/*.yaml", "testbed/scenarios/schema.json",
-                "testbed/traffic/training/shapes/*.json")
+                "testbed/traffic/training/shapes/*.json", "testbed/experiments/*/README.md")
 
 
 def source_files(folder: str) -> set[str]:
@@ -28,7 +28,7 @@ def source_files(folder: str) -> set[str]:
     root = REPO / folder
     return {path.relative_to(root).as_posix() for path in root.rglob("*")
             if path.is_file() and "__pycache__" not in path.parts
-            and path.suffix in {".py", ".c", ".yaml", ".json"}}
+            and (path.suffix in {".py", ".c", ".yaml", ".json"} or path.match("experiments/*/README.md"))}
 
 
 @pytest.fixture(scope="module")

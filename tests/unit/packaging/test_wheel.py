@@ -20,7 +20,7 @@ PROGRAMS = {"testbed": "testbed", "testbed/controllers": "controllers",
             "testbed/traffic": "traffic"}
 # Package data the code reads at run time (one file or pattern per kind).
 PACKAGE_DATA = ("testbed/apply/bpf/*.c", "testbed/scenarios/*.yaml", "testbed/scenarios/schema.json",
-                "testbed/traffic/training/shapes/*.json", "testbed/experiments/*/README.md")
+                "testbed/traffic/training/shapes/*.json", "testbed/experiments/allreduce/README.md")
 
 
 def source_files(folder: str) -> set[str]:

@@ -65,10 +65,6 @@ ARCH = "x86_64"
 PYTHON_CLASSIFIER_PREFIX = "Programming Language :: Python :: "
 MAX_RESOLUTION_ROUNDS = 5  # each round can only add requirements; real sets settle in 1-2
 PIP_TIMEOUT_S = 900
-# Pins published as a source distribution only, pure Python with no dependencies of their own:
-# pip resolves for another Python from wheels alone, so these are left out of the resolution
-# and each is fetched from the registry by itself instead (its source, built by nobody).
-SOURCE_ONLY = {"iperf3"}  # 0.1.11, libiperf's ctypes binding: no wheel on PyPI
 # PIP_* variables kept for pip's runs: transport and cache settings, never package sources.
 PIP_TRANSPORT_VARIABLES = (
     "PIP_CACHE_DIR", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_NO_CACHE_DIR",
@@ -273,8 +269,7 @@ def check_target(python: Path, target: Target, requirements: list[Requirement],
     to the target but not to this interpreter until none is unmet."""
     markers = marker_environment(target)
     pins = [without_marker(req) for req in requirements if applies(req, markers)]
-    requests = [pin for pin in pins if canonicalize_name(Requirement(pin).name)
-                not in SOURCE_ONLY] + build_requires
+    requests = pins + build_requires
     for _ in range(MAX_RESOLUTION_ROUNDS):
         report, stderr = resolve(python, requests, target, index_url, environment, scratch)
         if report is None:
@@ -290,21 +285,6 @@ def check_target(python: Path, target: Target, requirements: list[Requirement],
                            + ", ".join(unmet))
         requests += new
     return Outcome(target, pins, {}, f"no stable set after {MAX_RESOLUTION_ROUNDS} rounds")
-
-
-def fetch_sources(python: Path, requirements: list[Requirement], index_url: str,
-                  environment: dict[str, str], scratch: Path) -> str:
-    """Fetch each SOURCE_ONLY pin's source distribution from the registry; "" when all
-    came, else pip's complaint."""
-    pins = [without_marker(req) for req in requirements
-            if canonicalize_name(req.name) in SOURCE_ONLY]
-    if not pins:
-        return ""
-    done = subprocess.run([str(python), "-m", "pip", "download", "--quiet", "--no-deps",
-                           "--no-binary=:all:", "--index-url", index_url,
-                           "--dest", str(scratch / "sources"), *pins],
-                          env=environment, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    return "" if done.returncode == 0 else done.stderr.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,11 +325,6 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     with tempfile.TemporaryDirectory(prefix="check-pins-") as tmp:
         python = make_resolver(Path(tmp) / "resolver", args.index_url, environment)
-        error = fetch_sources(python, requirements, args.index_url, environment, Path(tmp))
-        if error:
-            failed += 1
-            print(f"FAIL source-only pins ({', '.join(sorted(SOURCE_ONLY))}) not fetched:")
-            print("\n".join("    " + line for line in error.splitlines()[-12:]))
         for version in wanted:
             target = targets[version]
             outcome = check_target(python, target, requirements, build_requires,

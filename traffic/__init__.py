@@ -3,9 +3,8 @@ schedules. Installed as testbed.traffic (setup.py), so a host runs them as ``pyt
 testbed.traffic....``.
 
 What they import: the standard library, numpy and this package, nothing else of the testbed,
-so a host's interpreter loads little. Four other packages only where named, each optional for
+so a host's interpreter loads little. Three heavy packages only where named, each optional for
 the rest: scapy in roce/wire.py (RoCEv2's headers; the RoCE transport that imports it is
-itself imported only by a RoCE rank), torch in training/torch_ddp.py (the torch extra),
-matplotlib in training/gantt.py (drawing a schedule) and iperf3 in iperf3_flow.py (libiperf's
-binding, one end of an iperf3 flow). tests/unit/test_layers.py enforces this,
+itself imported only by a RoCE rank), torch in training/torch_ddp.py (the torch extra) and
+matplotlib in training/gantt.py (drawing a schedule). tests/unit/test_layers.py enforces this,
 with import-linter's contract in setup.cfg."""

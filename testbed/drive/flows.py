@@ -1,13 +1,11 @@
 """Traffic helpers experiments share, run on a running fabric
-(testbed.apply.network.FabricNetwork): long TCP flows between host pairs (iperf3, driven
-through libiperf's Python binding by testbed.traffic.iperf3_flow in each host), a traffic
+(testbed.apply.network.FabricNetwork): long TCP flows between host pairs (iperf3), a traffic
 pattern's flows summarised (testbed.measure.patterns), and every host's TCP loss counters
 read in its own namespace."""
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 from pydantic import Field
@@ -23,21 +21,6 @@ LISTEN_TIMEOUT_S = 10.0    # beyond it, a server that does not listen is a faile
 CLIENT_GRACE_S = 30.0      # beyond the flow time, before a client counts as hung
 COUNTER_READ_TIMEOUT_S = 10.0
 PROC_TCP_FILES = ("/proc/net/netstat", "/proc/net/snmp")
-FLOW_PROGRAM = "testbed.traffic.iperf3_flow"
-
-
-def server_argv(port: int) -> list[str]:
-    """A host's iperf3 server that answers one test on ``port``, then exits."""
-    return [sys.executable, "-m", FLOW_PROGRAM, "server", "--port", str(port)]
-
-
-def client_argv(server_ip: str, port: int, seconds: int, omit_s: int, streams: int,
-                tos: int) -> list[str]:
-    """A host's iperf3 client: one test to ``server_ip``, its JSON report (what ``iperf3 -J``
-    prints) on stdout."""
-    return [sys.executable, "-m", FLOW_PROGRAM, "client", "--server", server_ip,
-            "--port", str(port), "--seconds", str(seconds), "--omit-s", str(omit_s),
-            "--streams", str(streams), "--tos", str(tos)]
 
 
 def wait_servers(net, listeners: list[tuple[str, int]], servers: list) -> None:
@@ -72,24 +55,24 @@ def run_flows(net, pairs: list[tuple[str, str]], seconds: int, omit_s: int,
     host pair, all at once, its packets carrying IP TOS ``tos`` (DSCP << 2: the traffic
     class); returns the Mbit/s each destination received, and the errors of flows that
     failed."""
-    servers = [net.popen(dst, server_argv(BASE_PORT + i),
+    servers = [net.popen(dst, ["iperf3", "-s", "-1", "-p", str(BASE_PORT + i)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for i, (_, dst) in enumerate(pairs)]
     time.sleep(SERVER_START_S)
     wait_servers(net, [(dst, BASE_PORT + i) for i, (_, dst) in enumerate(pairs)], servers)
-    clients = [net.popen(src, client_argv(net.fabric.nodes[dst].ip, BASE_PORT + i, seconds,
-                                          omit_s, streams, tos),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    clients = [net.popen(src, ["iperf3", "-c", net.fabric.nodes[dst].ip, "-p", str(BASE_PORT + i),
+                               "-t", str(seconds), "-O", str(omit_s), "-P", str(streams),
+                               "-S", str(tos), "-J"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for i, (src, dst) in enumerate(pairs)]
     rates, errors = [], []
     try:
         for (src, dst), client in zip(pairs, clients):
-            out, err = client.communicate(timeout=seconds + omit_s + CLIENT_GRACE_S)
+            out, _ = client.communicate(timeout=seconds + omit_s + CLIENT_GRACE_S)
             try:
                 report = json.loads(out)
             except ValueError:
-                raise TestbedError(f"iperf3 {src} -> {dst} failed: "
-                                   f"{(out + err).strip()[-200:]}") from None
+                raise TestbedError(f"iperf3 {src} -> {dst} failed: {out.strip()[-200:]}") from None
             received = report.get("end", {}).get("sum_received")
             # A flow that died mid-run (a TCP connection timing out under heavy loss) counts
             # as nothing received, and is reported.

@@ -1,7 +1,7 @@
 """The layering (docs/extending.md), enforced: import-linter's contracts in setup.cfg, run on
 the installed layout by scripts/lint_imports.py, all kept and none ignoring an import; the
 contracts name every experiment; host programs import only the standard library, numpy and
-themselves, and scapy, torch, matplotlib and iperf3 only in the modules named below. Cycles and
+themselves, and scapy, torch and matplotlib only in the modules named below. Cycles and
 imports inside functions are counted by test_import_graph.py."""
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ OPTIONAL = {
     "testbed.traffic.roce.wire": {"scapy"},  # RoCEv2's headers, built and parsed as packets
     "testbed.traffic.training.torch_ddp": {"torch"},  # the PyTorch DDP rank (the torch extra)
     "testbed.traffic.training.gantt": {"matplotlib"},  # a schedule drawn, off the hosts' path
-    "testbed.traffic.iperf3_flow": {"iperf3"},  # libiperf's binding: one end of an iperf3 flow
 }
 HOST_PROGRAM_IMPORTS = {"numpy"}
 

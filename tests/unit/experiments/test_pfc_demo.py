@@ -535,11 +535,10 @@ def agent_counters(fabric):
 
 
 def stand_in_iperf(workdir: Path):
-    """How the stand-in fabric starts iperf3 (testbed.drive.flows's server_argv and
-    client_argv): the stand-in server or client above."""
+    """How the stand-in fabric starts iperf3: the stand-in server or client above."""
     def start(host, argv, kwargs):
-        port = argv[argv.index("--port") + 1]
-        if "server" in argv:
+        port = argv[argv.index("-p") + 1]
+        if "-s" in argv:
             return subprocess.Popen([sys.executable, "-c", STAND_IN_IPERF_SERVER, port],
                                     **kwargs)
         events = str(workdir / EVENTS_FILE)

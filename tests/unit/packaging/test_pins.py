@@ -32,7 +32,7 @@ SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12")
 # What each part of the metadata must pin (canonical names), written out by hand.
 EXPECTED_DEPENDENCIES = {
     "": {"os-ken", "scapy", "pyroute2", "networkx", "numpy", "matplotlib", "pyyaml",
-         "pydantic", "rich", "iperf3"},
+         "pydantic", "rich"},
     "test": {"pytest", "hypothesis", "packaging", "setuptools", "import-linter"},
     "torch": {"torch"},
 }

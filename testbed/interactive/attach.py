@@ -26,7 +26,8 @@ from testbed.apply.network import set_interfaces
 from testbed.apply.state import STATE_DIR, process_start_ticks
 from testbed.drive.flows import run_flows
 from testbed.errors import TestbedError
-from testbed.model.records import EVENTS_FILE, read_json_lines
+from testbed.measure.failover import wait_for_event
+from testbed.model.records import EVENTS_FILE
 from testbed.model.topology.base import Fabric, Link
 from testbed.plan.bring_up import fping_argv, link_interfaces, root_ends
 from testbed.system.ovs_tables import parse_flows, parse_groups
@@ -42,7 +43,6 @@ DEFAULT_IPERF_S = 5  # as Mininet's iperf
 # rewritten the switches' flows around the change (its event in the run's events file); under
 # software emulation that took longer than the next ping's first probe.
 REROUTE_WAIT_S = 10.0
-REROUTE_POLL_S = 0.05
 
 
 def exec_argv(pid: int, argv: list[str]) -> list[str]:
@@ -130,21 +130,6 @@ def read_operstate(intf: str) -> str:
         return "missing"
 
 
-def controller_reaction(events: list[dict], a: str, b: str, up: bool,
-                        since_s: float) -> dict | None:
-    """The controller's event (testbed.model.records.EVENTS_FILE) for the link between
-    switches ``a`` and ``b`` going down (or up) at or after monotonic ``since_s``, once it
-    has applied the new flows; None when there is none yet."""
-    want = "link_up" if up else "link_down"
-    for event in events:
-        link = event.get("link") or {}
-        if (event.get("event") == want and {link.get("a"), link.get("b")} == {a, b}
-                and event.get("t_monotonic_s", 0.0) >= since_s
-                and event.get("applied_monotonic_s") is not None):
-            return event
-    return None
-
-
 @dataclass
 class Attached:
     """A running fabric, reached by its description, its hosts' shell PIDs and its OVS
@@ -212,22 +197,18 @@ class Attached:
             raise TestbedError(f"iperf3 {client} -> {server}: {errors[0]}")
         return rates[0]
 
-    def set_link(self, a: str, b: str, up: bool) -> dict | None:
+    def set_link(self, a: str, b: str, up: bool):
         """Take the link between nodes ``a`` and ``b`` down or up, as a cut cable; between
-        two switches, return once the controller has rerouted around the change (its event,
-        ``controller_reaction``), or after ``REROUTE_WAIT_S`` with None."""
+        two switches, return once the controller has rerouted around the change (its
+        reaction, testbed.measure.openflow.Reaction), or after ``REROUTE_WAIT_S`` with
+        None."""
         since_s = time.monotonic()
         set_interfaces(link_interfaces(self.fabric, a, b), up)
-        switches = set(self.switch_names)
-        if self.workdir is None or not {a, b} <= switches:
+        if self.workdir is None or not {a, b} <= set(self.switch_names):
             return None
-        deadline = since_s + REROUTE_WAIT_S
-        while True:
-            event = controller_reaction(read_json_lines(Path(self.workdir) / EVENTS_FILE),
-                                        a, b, up, since_s)
-            if event is not None or time.monotonic() >= deadline:
-                return event
-            time.sleep(REROUTE_POLL_S)
+        found = wait_for_event(Path(self.workdir) / EVENTS_FILE,
+                               "link_up" if up else "link_down", since_s, REROUTE_WAIT_S)
+        return found[0] if found else None
 
     def links(self) -> list[str]:
         return link_lines(self.fabric, read_operstate)

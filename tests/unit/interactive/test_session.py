@@ -298,16 +298,3 @@ def test_a_failed_bring_up_is_reported_on_the_pipe(holder, session_file):
     assert report == {"error": StandInLiveFabric.fail}
     assert not session_file.exists()
 
-
-def test_a_cut_cable_waits_for_the_controllers_event_about_that_link():
-    from testbed.interactive.attach import controller_reaction
-    down = {"t_monotonic_s": 10.0, "event": "link_down", "applied_monotonic_s": 10.012,
-            "link": {"a": "p0e0", "a_port": 3, "b": "p0a0", "b_port": 1}}
-    events = [{**down, "t_monotonic_s": 5.0},  # an earlier cut of the same cable
-              {**down, "link": {"a": "p0e1", "b": "p0a0"}},  # another cable
-              {**down, "event": "link_up"}]
-    assert controller_reaction(events, "p0a0", "p0e0", False, 9.0) is None
-    assert controller_reaction([*events, down], "p0a0", "p0e0", False, 9.0) == down
-    assert controller_reaction([*events, down], "p0e0", "p0a0", True, 9.0) == events[2]
-    unapplied = {**down, "applied_monotonic_s": None}
-    assert controller_reaction([unapplied], "p0e0", "p0a0", False, 9.0) is None

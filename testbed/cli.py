@@ -42,7 +42,19 @@ from testbed.capacity.bench import run_bench
 from testbed.capacity.calibrate import calibrate
 from testbed.chaos.command import add_arguments as add_chaos_arguments, cmd_chaos
 from testbed.cli_help import arrange_help, listing
-from testbed.errors import ConfigError, TestbedError, UsageError, short, shown
+from testbed.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_USAGE,
+    EXIT_VERDICT,
+    ConfigError,
+    TestbedError,
+    UsageError,
+    short,
+    shown,
+)
 from testbed.experiments.pages import claim
 from testbed.experiments.registry import experiment_classes, json_schema, load, validate
 from testbed.harness import summary_schema
@@ -62,8 +74,6 @@ from testbed.lab.command import add_arguments
 from testbed.model.topology import build
 from testbed.model.topology.describe import describe, description_rows, draw
 
-EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_INTERNAL = 4  # a bug in the testbed, never a verdict, bad input or a failed run
 DEFAULT_SCENARIO = "fattree-allreduce"
 # Flags of ``testbed run`` kept from its first version: flag -> scenario field.
 RUN_FLAGS = {"rate_mbit": "link_rate_mbit", "mtu": "mtu_bytes", "routing": "routing",

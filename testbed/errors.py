@@ -2,6 +2,12 @@
 A user's text inside a message goes through ``short`` or ``shown``, so that no newline, control
 character or megabyte of input breaks that line."""
 
+# The exit status of every command: 0 passed and trusted, 1 a check failed or the run was not
+# trusted, 2 bad input (UsageError), 3 the run failed, 130 interrupted; 4 a bug in the
+# testbed, never a verdict, bad input or a failed run.
+EXIT_OK, EXIT_VERDICT, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_INTERNAL = 4
+
 
 def short(value, limit: int = 40) -> str:
     """``value`` for a message: its repr (a string quoted, control characters escaped), cut

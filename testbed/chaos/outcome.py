@@ -27,8 +27,8 @@ from testbed.chaos.table import (
     REFUSED,
     SURVIVED,
 )
+from testbed.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_VERDICT
 
-EXIT_OK, EXIT_VERDICT, EXIT_RUN_FAILED = 0, 1, 3  # as testbed.cli's
 ENDED = "ended"  # a SIGKILL that came after the run had removed its ledger
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from testbed.apply.network import check_root
 from testbed.apply.state import RunLock
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import EXIT_OK, EXIT_RUN_FAILED, EXIT_VERDICT, ConfigError, TestbedError
 from testbed.harness.console import console, print_rows, table_text
 from testbed.harness.run import give_to_invoking_user
 from testbed.lab.index import index_rows, write_index
@@ -35,7 +35,6 @@ from testbed.lab.runner import (
 )
 from testbed.lab.spec import all_labs, find_lab
 
-EXIT_OK, EXIT_VERDICT, EXIT_RUN_FAILED = 0, 1, 3
 ALL = "all"
 
 

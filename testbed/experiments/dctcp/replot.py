@@ -12,13 +12,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import EXIT_USAGE, ConfigError, TestbedError
 from testbed.experiments.dctcp.experiment import Dctcp
 from testbed.harness.report import load_summary
 from testbed.harness.run import plot_title
 from testbed.harness.scenario import Scenario
 
-EXIT_USAGE = 2  # as testbed.cli: the folder given is not a finished dctcp run
 
 
 def relocated(summary: dict, run_dir: Path) -> dict[str, dict]:

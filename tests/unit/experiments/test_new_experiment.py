@@ -2,7 +2,10 @@
 temporary tree, and registered by its one line in testbed.experiments.registry.EXPERIMENTS,
 is listed by `testbed list` and in the docs index (its README's title), gets its docs page
 (its README), gets `testbed NAME`
-with its parameters as flags, and has its params in the scenario schema, with no other edit."""
+with its parameters as flags, and has its params in the scenario schema, with no other edit.
+Staged under testbed/experiments/ in the installed layout, the same folder is under the
+experiments' import contract with no edit of setup.cfg: kept while it imports no other
+experiment, broken when it imports one or when a shared folder or a tool imports it."""
 from __future__ import annotations
 
 import textwrap
@@ -13,10 +16,12 @@ from testbed.cli import build_parser
 from testbed.cli_help import listing
 from testbed.experiments import registry
 from testbed.experiments.pages import experiment_index, experiment_pages
+from tests.unit.test_layers import lint_imports
 
 NAME = "ping-throwaway"
 PACKAGE = "throwaway_experiments"
 CLAIM = "an idle fabric's round-trip time stays under max_rtt_ms"
+INIT = '"""ping: an idle fabric\'s round-trip time."""'
 EXPERIMENT = '''
 from pydantic import Field
 from testbed.harness.experiment import Experiment, Params
@@ -41,7 +46,7 @@ def throwaway(tmp_path, monkeypatch):
     folder = tmp_path / PACKAGE / "ping"
     folder.mkdir(parents=True)
     (tmp_path / PACKAGE / "__init__.py").write_text("")
-    (folder / "__init__.py").write_text('"""ping: an idle fabric\'s round-trip time."""\n')
+    (folder / "__init__.py").write_text(f"{INIT}\n")
     (folder / "experiment.py").write_text(textwrap.dedent(EXPERIMENT))
     (folder / "README.md").write_text(f"# {NAME}: {CLAIM}\n\nHow to run it, what it checks.\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -84,3 +89,47 @@ def test_the_scenario_schema_has_the_new_experiment_s_params(throwaway):
 def test_a_scenario_naming_the_new_experiment_validates_its_params(throwaway):
     with pytest.raises(Exception, match="params.count"):
         registry.validate({"experiment": throwaway, "params": {"count": 0}})
+
+
+def staged_throwaway(imports: str = "") -> dict[str, str]:
+    """The throwaway experiment's folder as lint_imports stages it, inside testbed/experiments
+    (its experiment.py ending with ``imports``)."""
+    folder = "testbed/experiments/ping"
+    return {f"{folder}/__init__.py": INIT,
+            f"{folder}/experiment.py": textwrap.dedent(EXPERIMENT) + imports}
+
+
+def lint(added: dict[str, str]) -> tuple[int, str]:
+    """lint-imports' exit status and its report, its line wrapping undone."""
+    done = lint_imports().run(capture=True, added=added)
+    return done.returncode, " ".join((done.stdout + done.stderr).split())
+
+
+def test_the_new_experiment_folder_keeps_the_contracts_with_no_setup_cfg_edit():
+    status, report = lint(staged_throwaway())
+    assert status == 0 and " kept, 0 broken." in report, report
+
+
+def test_the_new_experiment_importing_another_breaks_the_experiments_contract():
+    status, report = lint(staged_throwaway("from testbed.experiments.incast import checks\n"))
+    assert status == 1, report
+    assert "testbed.experiments.ping is not allowed to import testbed.experiments.incast" in report
+
+
+@pytest.mark.parametrize("importer, owner", [
+    ("testbed/experiments/incast/checks.py", "testbed.experiments.incast"),  # an experiment
+    ("testbed/experiments/roce_common/roce_setups.py", "testbed.experiments.roce_common"),
+    ("testbed/chaos/__init__.py", "testbed.chaos"),  # the tools
+    ("testbed/capacity/__init__.py", "testbed.capacity"),
+])
+def test_importing_the_new_experiment_breaks_the_experiments_contract(importer, owner):
+    status, report = lint({**staged_throwaway(),
+                           importer: "import testbed.experiments.ping.experiment"})
+    assert status == 1, report
+    assert f"{owner} is not allowed to import testbed.experiments.ping" in report
+
+
+def test_a_folder_without_experiment_py_under_experiments_breaks_the_contract():
+    status, report = lint({"testbed/experiments/helpers/__init__.py": '"""named nowhere"""'})
+    assert status == 1, report
+    assert "testbed.experiments.helpers is not an experiment" in report

@@ -1037,6 +1037,29 @@ def read_status(guest_dir: Path) -> int | None:
         return None
 
 
+def failed_tests(junit_xml: str, width: int = 200) -> list[str]:
+    """One line per failed or errored test in the guest's junit.xml: its id and the
+    first line of its message, so a CI log that keeps only the tail names them."""
+    import xml.etree.ElementTree as ElementTree
+
+    try:
+        root = ElementTree.fromstring(junit_xml)
+    except ElementTree.ParseError:
+        return []
+    lines = []
+    for case in root.iter("testcase"):
+        for outcome in ("failure", "error"):
+            found = case.find(outcome)
+            if found is None:
+                continue
+            name = "::".join(part for part in (case.get("classname", ""),
+                                               case.get("name", "")) if part)
+            message = (found.get("message") or found.text or "").strip().splitlines()
+            first = message[0] if message else ""
+            lines.append(f"{outcome.upper()} {name}: {first}"[:width])
+    return lines
+
+
 def hand_to_sudo_user(folder: Path, environ) -> None:
     """The results belong to whoever ran sudo, as the testbed's own run folders do."""
     uid, gid = environ.get("SUDO_UID"), environ.get("SUDO_GID")
@@ -1099,6 +1122,10 @@ def run(config: Config, log: Log, build_only: bool = False, interactive: bool = 
                 if (run_dir / RESULTS_OUT).exists():
                     os.rename(run_dir / RESULTS_OUT, run_dir / "guest")
             status = read_status(run_dir / "guest")
+            junit = run_dir / "guest" / "junit.xml"
+            if status and junit.exists():
+                for line in failed_tests(junit.read_text(errors="replace")):
+                    log(line)
             if interactive:
                 code = EXIT_OK
             elif status is None and not guest.timed_out:

@@ -354,3 +354,28 @@ def test_a_run_whose_guest_hangs_exits_3_with_one_line_saying_so(tmp_path, monke
     record = json.loads((run_dir / "run.json").read_text())
     assert record["exit"] == 3 and record["guest"]["timed_out"] and record["left"] == []
     assert not (tmp_path / "cache" / "runs" / run_dir.name).exists()  # its disks are gone
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.integration.test_dctcp" name="test_dctcp_queue" time="60">
+<failure message="AssertionError: drop-tail median 0.49 of the buffer&#10;assert 0.49 &gt; 0.5">
+trace</failure></testcase>
+<testcase classname="tests.integration.test_netem" name="test_delay" time="3"/>
+<testcase classname="tests.integration.test_rxe" name="test_ping" time="1">
+<error message="">fixture rdma0 missing
+more</error></testcase>
+<testcase classname="tests.integration.test_red" name="test_marks" time="1">
+<skipped message="allowlisted"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_failed_tests_names_each_failure_and_error_with_its_first_line():
+    assert vm.failed_tests(JUNIT) == [
+        "FAILURE tests.integration.test_dctcp::test_dctcp_queue: "
+        "AssertionError: drop-tail median 0.49 of the buffer",
+        "ERROR tests.integration.test_rxe::test_ping: fixture rdma0 missing",
+    ]
+
+
+def test_failed_tests_of_a_broken_file_is_empty():
+    assert vm.failed_tests("<testsuites><testcase") == []

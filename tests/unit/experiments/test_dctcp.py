@@ -36,7 +36,7 @@ from testbed.experiments.dctcp.bench import (
     write_queue_samples,
 )
 from testbed.experiments.dctcp.checks import (
-    DROPTAIL_MEDIAN_MIN_FRACTION,
+    DROPTAIL_P95_MIN_FRACTION,
     ECN_MEDIAN_TOLERANCE_FRAMES,
     ECN_MIN_UTILISATION,
     MIN_SAMPLED_FRACTION,
@@ -289,7 +289,7 @@ def outcomes(results: dict[str, dict]) -> dict[tuple[str, str], str]:
 def test_every_check_passes_on_a_good_pair():
     checks = dctcp_checks(results_of(result_of(**GOOD_DROPTAIL), result_of(**GOOD_ECN)))
     assert {(c.setup, c.name): (c.measured, c.outcome) for c in checks} == {
-        ("n2-droptail", "drop-tail median queue"): (0.8, PASS),   # 100000 / 125000
+        ("n2-droptail", "drop-tail queue p95"): (0.96, PASS),   # 1.2 x 100000 / 125000
         ("n2-droptail", "queue sampled"): (0.98, PASS),
         ("n2-ecn", "ECN median queue near K"): (4500.0, PASS),    # 1 frame above K = 3000
         ("n2-ecn", "ECN utilisation"): (0.96, PASS),
@@ -302,8 +302,8 @@ def test_every_check_passes_on_a_good_pair():
 
 
 @pytest.mark.parametrize(("droptail", "ecn", "failing"), [
-    # 0.45 of the buffer, under 0.5
-    ({"median_bytes": 0.45 * BUFFER_BYTES}, {}, ("n2-droptail", "drop-tail median queue")),
+    # p95 at 1.2 x 0.4 = 0.48 of the buffer, under 0.5
+    ({"median_bytes": 0.4 * BUFFER_BYTES}, {}, ("n2-droptail", "drop-tail queue p95")),
     # 4 frames above K: 6000 B > 4500 B
     ({}, {"median_bytes": K_BYTES + 4 * MTU}, ("n2-ecn", "ECN median queue near K")),
     ({}, {"utilisation": 0.89}, ("n2-ecn", "ECN utilisation")),
@@ -318,7 +318,8 @@ def test_each_check_can_fail_alone(droptail, ecn, failing):
 
 
 def test_the_tolerances_hold_at_their_edges():
-    droptail = {**GOOD_DROPTAIL, "median_bytes": DROPTAIL_MEDIAN_MIN_FRACTION * BUFFER_BYTES}
+    droptail = {**GOOD_DROPTAIL,  # p95 = 1.2 x median, exactly at the bound
+                "median_bytes": DROPTAIL_P95_MIN_FRACTION / 1.2 * BUFFER_BYTES}
     ecn = {**GOOD_ECN, "median_bytes": K_BYTES + ECN_MEDIAN_TOLERANCE_FRAMES * MTU,
            "utilisation": ECN_MIN_UTILISATION, "sampled_fraction": MIN_SAMPLED_FRACTION}
     found = outcomes(results_of(result_of(**droptail), result_of(**ecn)))
@@ -330,7 +331,7 @@ def test_the_tolerances_hold_at_their_edges():
 def test_nothing_sampled_is_not_judged():
     found = outcomes(results_of(result_of(**{**GOOD_DROPTAIL, "median_bytes": None}),
                                 result_of(**{**GOOD_ECN, "median_bytes": None})))
-    assert found[("n2-droptail", "drop-tail median queue")] == NOT_JUDGED
+    assert found[("n2-droptail", "drop-tail queue p95")] == NOT_JUDGED
     assert found[("n2-ecn", "ECN median queue near K")] == NOT_JUDGED
 
 

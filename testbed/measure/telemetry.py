@@ -217,9 +217,9 @@ class Sampler:
         while True:
             now = time.monotonic()
             opening = not s.t_s  # the first sample ends no interval worth the name
+            for d in self.directions:  # the counters before their instant: a reader
+                s.link_bytes[d.label].append(read_int(d.counter_path))  # sees whole samples
             s.t_s.append(now - self._t0)
-            for d in self.directions:
-                s.link_bytes[d.label].append(read_int(d.counter_path))
             cpu = cpu_times()
             vsw = process_cpu_ticks(self.vswitchd_pids)
             dt = max(now - last_t, 1e-6)
@@ -295,12 +295,16 @@ def window_rates_mbit(series: Series, start_s: float, end_s: float) -> dict[str,
     """Mean rate of every link direction over [start_s, end_s], its byte counter interpolated
     at both ends: a window shorter than a few sampling intervals is not over- or under-counted
     by the samples that happen to fall inside it."""
-    start_s = max(start_s, series.t_s[0]) if series.t_s else start_s
-    end_s = min(end_s, series.t_s[-1]) if series.t_s else end_s
-    if len(series.t_s) < 2 or end_s <= start_s:
+    # Read while the sampler runs, a sample may be in t_s before every link's counter of it:
+    # only the samples every series holds count.
+    n = min([len(series.t_s), *(len(b) for b in series.link_bytes.values())])
+    t_s = series.t_s[:n]
+    start_s = max(start_s, t_s[0]) if t_s else start_s
+    end_s = min(end_s, t_s[-1]) if t_s else end_s
+    if len(t_s) < 2 or end_s <= start_s:
         return {label: 0.0 for label in series.link_bytes}
     dt = end_s - start_s
-    return {label: (counter_at(series.t_s, b, end_s) - counter_at(series.t_s, b, start_s))
+    return {label: (counter_at(t_s, b[:n], end_s) - counter_at(t_s, b[:n], start_s))
             * 8 / dt / 1e6 for label, b in series.link_bytes.items()}
 
 

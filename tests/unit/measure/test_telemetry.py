@@ -115,6 +115,15 @@ def test_window_mean(series):
     assert window_mean(series.cpu_busy_fraction, series, 3.1, 4.0) == 0.0
 
 
+def test_window_rates_read_mid_sample_count_only_whole_samples(series):
+    # the sampler's thread has appended the instant 3.5 and a->b's counter, not yet b->a's:
+    # the window ends at the last sample both hold, 3.0
+    whole = window_rates_mbit(series, 0.0, 3.0)
+    series.t_s.append(3.5)
+    series.link_bytes["a->b"].append(437_500)
+    assert window_rates_mbit(series, 0.0, 3.5) == whole
+
+
 def test_window_rates_of_an_empty_series():
     assert window_rates_mbit(Series(link_bytes={"x->y": []}), 0.0, 1.0) == {"x->y": 0.0}
     assert window_mean([], Series(), 0.0, 1.0) == 0.0

@@ -67,6 +67,7 @@ import sys
 import threading
 import time
 import uuid
+import xml.etree.ElementTree as ElementTree
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1040,8 +1041,6 @@ def read_status(guest_dir: Path) -> int | None:
 def failed_tests(junit_xml: str, width: int = 200) -> list[str]:
     """One line per failed or errored test in the guest's junit.xml: its id and the
     first line of its message, so a CI log that keeps only the tail names them."""
-    import xml.etree.ElementTree as ElementTree
-
     try:
         root = ElementTree.fromstring(junit_xml)
     except ElementTree.ParseError:

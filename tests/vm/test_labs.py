@@ -1,12 +1,12 @@
 """Labs on the stock kernel (make vm-test): lab 00's page replayed, and the self-checks of
 labs 05 (anycast), 09 (its DCTCP run: RED marking and dctcp hosts) and 13 (the parameter
-server's incast on a k=4 fat-tree), on the OVS kernel datapath. (Lab 16's pipeline judges its bubbles by timing alone, which software emulation
-distorts: its 1F1B bubble read 0.111 against 0.1 in a trusted guest run, and the kernel
-datapath it would add is covered here already.) Under software emulation a run may not be trusted; its items are then
-not judged, and the test skips with the verdict's reasons (allowed-skips.txt lists these
-tests for that alone). The functional parts never skip: the replay, the runs completing on
-the kernel's paths, every rank's and stage's data verified. Runs only in the stock-kernel
-guest."""
+server's incast on a k=4 fat-tree), on the OVS kernel datapath. (Lab 16's pipeline judges
+its bubbles by timing alone, which software emulation distorts: its 1F1B bubble read 0.111
+against 0.1 in a trusted guest run, and the kernel datapath it would add is covered here
+already.) Under software emulation a run may not be trusted; its items are then not judged,
+and the test skips with the verdict's reasons (allowed-skips.txt lists these tests for that
+alone). The functional parts never skip: the replay, the runs completing on the kernel's
+paths, every rank's and stage's data verified. Runs only in the stock-kernel guest."""
 from __future__ import annotations
 
 import pytest

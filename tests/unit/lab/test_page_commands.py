@@ -1,7 +1,7 @@
 """Every `testbed run` command the labs' pages print (students' questions, teachers'
-answers, the labs' README) resolves as the CLI would resolve it: the scenario (a file or a bundled name) exists and
-every `--set` names a field and a value the scenario accepts. Nothing runs; a command a
-student copies from a page never ends in a bad-input error."""
+answers, the labs' README) resolves as the CLI would resolve it: the scenario (a file or a
+bundled name) exists and every `--set` names a field and a value the scenario accepts.
+Nothing runs; a command a student copies from a page never ends in a bad-input error."""
 from __future__ import annotations
 
 import re
@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[3]
 PAGES = sorted((ROOT / "labs").rglob("*.md"))
 # A command in backticks, possibly wrapped over lines: `sudo .venv/bin/testbed run ...`
 COMMAND = re.compile(r"`(?:sudo )?(?:\.venv/bin/)?testbed run ([^`]+)`")
+# A command valid only on a kernel with a feature this machine lacks (the page names the
+# kernel) is refused with this in its message, after its fields were checked.
+KERNEL_FEATURE = "needs the kernel's"
 
 
 def page_commands() -> list[tuple[str, str]]:
@@ -42,9 +45,5 @@ def test_a_page_command_resolves(page, command, monkeypatch):
     try:
         load(args.scenario, run_overrides(args), run_origins(args))
     except ScenarioError as err:
-        # valid, but for a kernel feature this machine lacks (the page says which kernel)
         if KERNEL_FEATURE not in str(err):
             raise
-
-
-KERNEL_FEATURE = "needs the kernel's"
